@@ -1,0 +1,1 @@
+"""Source readers and text cleaners: pure Python, no Beam inside."""

@@ -1,0 +1,181 @@
+"""The one typed configuration for every stage, loaded from TOML with ``--set key=value`` overrides.
+
+Defaults follow the published recipes (BERT, GPT-2/WebText); each section belongs to one stage.
+Relative paths in a configuration file are resolved against that file's directory.
+"""
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ALL_STAGES = ("books", "wikipedia", "webtext", "clean", "dedup", "near_dedup", "documents", "vocab", "bert", "gpt", "train")
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RunConfig(Section):
+    output_dir: Path = Path("out")
+    stages: list[str] = Field(default_factory=lambda: ["books", "wikipedia", "clean", "dedup", "documents"])
+    seed: int = 12345
+    # Beam: the in-process runner is pinned explicitly (Beam 2.68+ would otherwise try to download Prism).
+    runner: str = "DirectRunner"
+    direct_running_mode: Literal["in_memory", "multi_threading", "multi_processing"] = "in_memory"
+    direct_num_workers: int = 1
+    beam_args: list[str] = Field(default_factory=list)  # passed through verbatim (--project, --temp_location, ...)
+
+
+class BooksConfig(Section):
+    paths: list[Path] = Field(default_factory=list)
+    extensions: list[str] = Field(default_factory=lambda: [".txt", ".epub"])
+
+
+class WikipediaConfig(Section):
+    # .xml, .xml.bz2, or multistream .xml.bz2 (its "-index.txt.bz2" found beside it or given in index_paths)
+    paths: list[Path] = Field(default_factory=list)
+    index_paths: list[Path] = Field(default_factory=list)
+    streams_per_range: int = 100  # multistream bz2 streams per parallel byte range
+    keep_headings: bool = True  # section headings kept as their own paragraph start
+    drop_disambiguation: bool = True
+
+
+class CleanConfig(Section):
+    fix_unicode: bool = True  # ftfy
+    min_words: int = 20
+    language: str | None = None  # ISO 639-1 code, e.g. "en"; None keeps every language
+    language_min_confidence: float = 0.0
+
+
+class DedupConfig(Section):
+    exact: bool = True  # exact duplicates on normalised text (hash)
+
+
+class NearDedupConfig(Section):
+    threshold: float = 0.8  # target Jaccard similarity
+    num_perm: int = 128
+    ngram: int = 5  # word n-gram shingles
+    verify: bool = True  # exact Jaccard check of candidate pairs
+    seed: int = 1
+
+
+class VocabConfig(Section):
+    kinds: list[Literal["wordpiece", "bpe"]] = Field(default_factory=lambda: ["wordpiece", "bpe"])
+    wordpiece_vocab_size: int = 30522
+    lowercase: bool = True  # "uncased": lowercase + strip accents
+    bpe_vocab_size: int = 50257
+    min_frequency: int = 2
+    sample_bytes: int = 200_000_000  # deterministic sample streamed from the documents
+    sample_seed: int = 42
+
+
+class BertConfig(Section):
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    dupe_factor: int = 5
+    random_next_prob: float = 0.5
+    whole_word_mask: bool = False
+    partner_bucket_size: int = 256  # documents per random-partner bucket (see pipeline.bert_examples)
+
+
+class GptConfig(Section):
+    seq_len: int = 1024
+    keep_tail: bool = True  # final partial window padded and flagged, else dropped (and counted)
+
+
+class ShardsConfig(Section):
+    target_bytes: int = 256 * 1024 * 1024
+    max_examples: int | None = None
+    compression: Literal["none", "lz4", "zstd"] = "none"
+
+
+class TrainConfig(Section):
+    task: Literal["bert", "gpt"] = "bert"
+    model: str = "bert-mini"
+    steps: int = 1000
+    batch_size: int = 32
+    global_batch_size: int | None = None  # gradient accumulation target; None = batch_size x world size
+    lr: float | None = None  # None: recipe default for the model family
+    warmup_steps: int | None = None
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    num_workers: int = 2
+    log_every: int = 10
+    checkpoint_every: int = 500
+    compile: bool = True
+    seed: int = 0
+
+
+class WebTextConfig(Section):
+    dumps: list[Path] = Field(default_factory=list)  # Pushshift RS_*.{zst,xz,bz2,gz,ndjson}
+    karma_mode: Literal["sum", "single"] = "sum"  # OpenWebText2 (sum per canonical URL) or OpenWebText
+    min_karma: int = 3
+    exclude_over_18: bool = False
+    offline: bool = False  # build only from existing WARCs
+    warc_dir: Path | None = None
+
+
+class Config(Section):
+    run: RunConfig = Field(default_factory=RunConfig)
+    books: BooksConfig = Field(default_factory=BooksConfig)
+    wikipedia: WikipediaConfig = Field(default_factory=WikipediaConfig)
+    webtext: WebTextConfig = Field(default_factory=WebTextConfig)
+    clean: CleanConfig = Field(default_factory=CleanConfig)
+    dedup: DedupConfig = Field(default_factory=DedupConfig)
+    near_dedup: NearDedupConfig = Field(default_factory=NearDedupConfig)
+    vocab: VocabConfig = Field(default_factory=VocabConfig)
+    bert: BertConfig = Field(default_factory=BertConfig)
+    gpt: GptConfig = Field(default_factory=GptConfig)
+    shards: ShardsConfig = Field(default_factory=ShardsConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+
+
+def _parse_value(raw: str) -> Any:
+    """A ``--set`` value is read as a TOML value when it parses as one, else as a plain string."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"--set expects key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        *parents, leaf = key.strip().split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = _parse_value(raw.strip())
+    return data
+
+
+def _resolve_paths(data: dict[str, Any], base: Path) -> None:
+    """Make relative paths absolute against the configuration file's directory."""
+    path_keys = {"paths", "index_paths", "dumps", "warc_dir", "output_dir"}
+    for section in data.values():
+        if not isinstance(section, dict):
+            continue
+        for key in path_keys & section.keys():
+            value = section[key]
+            if key == "output_dir":
+                continue  # output goes under the current directory, like any build tool
+            if isinstance(value, list):
+                section[key] = [str(base / v) for v in value]
+            elif isinstance(value, str):
+                section[key] = str(base / value)
+
+
+def load_config(path: Path | None, overrides: list[str] | None = None) -> Config:
+    data: dict[str, Any] = {}
+    if path is not None:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        _resolve_paths(data, Path(path).resolve().parent)
+    data = apply_overrides(data, overrides or [])
+    return Config.model_validate(data)

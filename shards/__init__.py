@@ -1,0 +1,1 @@
+"""The Arrow shard format: schema, manifest, checksums, writer, reader and inspection."""

@@ -1,0 +1,1 @@
+"""PyTorch trainer that streams shards and pre-trains small BERT and GPT models."""
