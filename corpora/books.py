@@ -1,0 +1,111 @@
+"""Books source: a directory of plain-text and EPUB books, one ``Document`` per book.
+
+BERT pre-training takes its next-sentence pairs from long contiguous documents, so a book is
+never split into smaller documents. Hard-wrapped lines are joined into paragraphs and paragraphs
+are separated by one blank line, the project-wide text convention. A file that cannot be read
+or parsed becomes a ``Reject`` (``read_error``, ``decode_error``, ``parse_error``, ``empty``)
+so the pipeline can account for every input file; nothing here raises on bad content.
+"""
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from bs4 import BeautifulSoup
+from ebooklib import ITEM_DOCUMENT, epub
+from tqdm import tqdm
+
+from corpora.decode import BinaryContentError, decode_bytes
+from corpora.document import Document, Reject, make_id
+from corpora.gutenberg import gutenberg_title, strip_gutenberg
+
+SOURCE = "books"
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t\f\v]*\n")
+# Leaf block elements of XHTML: each one is a paragraph of the book.
+_BLOCK_TAGS = ("p", "div", "h1", "h2", "h3", "h4", "h5", "h6", "li", "blockquote", "pre", "dd", "dt", "td", "th", "figcaption")
+
+
+def list_book_files(root: Path, extensions: Sequence[str] = (".txt", ".epub")) -> list[Path]:
+    """Every book file under ``root`` (or ``root`` itself if it is a file), sorted by relative path."""
+    root = Path(root)
+    wanted = tuple(ext.lower() for ext in extensions)
+    if not root.exists():
+        raise FileNotFoundError(f"books path does not exist: {root}")
+    if root.is_file():
+        files = [root] if root.name.lower().endswith(wanted) else []
+    else:
+        files = sorted(
+            (p for p in root.rglob("*") if p.is_file() and p.name.lower().endswith(wanted)),
+            key=lambda p: p.relative_to(root).as_posix(),
+        )
+    if not files:
+        raise ValueError(f"no book files with extensions {', '.join(wanted)} under {root}")
+    return files
+
+
+def read_books(
+    root: Path, extensions: Sequence[str] = (".txt", ".epub"), progress: bool = False
+) -> Iterator[Document | Reject]:
+    """One Document (or Reject) per book file under ``root``, in sorted path order."""
+    root = Path(root)
+    for path in tqdm(list_book_files(root, extensions), desc="books", unit="file", disable=not progress):
+        yield read_book(path, root)
+
+
+def read_book(path: Path, root: Path) -> Document | Reject:
+    """Read one ``.txt`` or ``.epub`` book; bad files become a Reject, never an exception."""
+    path, root = Path(path), Path(root)
+    key = path.name if root == path or root.is_file() else path.relative_to(root).as_posix()
+    doc_id = make_id(SOURCE, key)
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        return Reject(doc_id, SOURCE, "read_error", f"{type(error).__name__}: {error}", key)
+    if path.suffix.lower() == ".epub":
+        try:
+            title, text = _epub_text(path)
+        except Exception as error:  # noqa: BLE001 - any malformed EPUB (zip, XML, OPF) is a parse error
+            return Reject(doc_id, SOURCE, "parse_error", f"{type(error).__name__}: {error}", key)
+    else:
+        try:
+            raw = decode_bytes(data)
+        except BinaryContentError as error:
+            return Reject(doc_id, SOURCE, "decode_error", str(error), key)
+        title, text = gutenberg_title(raw), unwrap_paragraphs(strip_gutenberg(raw))
+    if not text:
+        return Reject(doc_id, SOURCE, "empty", "no text after removing boilerplate", key)
+    return Document(id=doc_id, source=SOURCE, title=title or path.stem, text=text, meta={"file": key})
+
+
+def unwrap_paragraphs(text: str) -> str:
+    """Join hard-wrapped lines into paragraphs; paragraphs separated by exactly one blank line."""
+    paragraphs = (" ".join(block.split()) for block in _PARAGRAPH_BREAK.split(text))
+    return "\n\n".join(p for p in paragraphs if p)
+
+
+def _epub_text(path: Path) -> tuple[str | None, str]:
+    """Title and paragraphs of an EPUB, documents in spine (reading) order."""
+    with warnings.catch_warnings():  # ebooklib warns about its own future defaults on every read
+        warnings.simplefilter("ignore")
+        book = epub.read_epub(str(path), options={"ignore_ncx": True})
+    titles = book.get_metadata("DC", "title")
+    paragraphs: list[str] = []
+    for item_id, _linear in book.spine:
+        item = book.get_item_with_id(item_id)
+        if item is not None and item.get_type() == ITEM_DOCUMENT:
+            paragraphs.extend(_html_paragraphs(item.get_content()))
+    return (titles[0][0].strip() if titles else None), "\n\n".join(paragraphs)
+
+
+def _html_paragraphs(content: bytes) -> Iterator[str]:
+    soup = BeautifulSoup(content, "lxml")
+    for br in soup.find_all("br"):
+        br.replace_with(" ")
+    body = soup.body or soup
+    for block in body.find_all(_BLOCK_TAGS):
+        if block.find(_BLOCK_TAGS) is None:  # leaf blocks only, so nested text is not repeated
+            text = " ".join(block.get_text().split())
+            if text:
+                yield text
