@@ -1,0 +1,44 @@
+"""Text normalisation shared by every source, and the key used for exact duplicate removal.
+
+Normalising before deduplication and tokenisation means two copies of a text that differ only in
+mojibake, stray control characters or line wrapping count as the same text, and the vocabulary
+is not spent on encoding accidents.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+
+import ftfy
+
+# Mojibake and encoding repairs only: curly quotes and dashes are the author's, not accidents.
+_FTFY = ftfy.TextFixerConfig(uncurl_quotes=False, explain=False)
+_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
+# Control characters (except newline and tab, which become whitespace) and invisible format
+# characters that only break words apart: soft hyphen, zero-width space, word joiner, BOM.
+_INVISIBLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u200b\u2060\ufeff]")
+_NON_WORD = re.compile(r"[\W_]+")
+
+
+def normalize_text(text: str, fix_unicode: bool = True) -> str:
+    """Repair encoding errors, drop control characters, one space inside paragraphs, ``\\n\\n`` between."""
+    if fix_unicode:
+        text = ftfy.fix_text(text, _FTFY)
+    text = _INVISIBLE.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+    paragraphs = (" ".join(block.split()) for block in _PARAGRAPH_BREAK.split(text))
+    return "\n\n".join(p for p in paragraphs if p)
+
+
+def word_count(text: str) -> int:
+    """Whitespace-separated words, the unit of the ``min_words`` filter."""
+    return len(text.split())
+
+
+def dedup_key(text: str) -> str:
+    """SHA-1 of the text with case, Unicode compatibility forms, punctuation and spacing erased.
+
+    Two copies of a book that differ only in quotes, wrapping or capitalisation share one key.
+    """
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return hashlib.sha1(_NON_WORD.sub(" ", folded).strip().encode("utf-8")).hexdigest()
