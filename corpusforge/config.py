@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 ALL_STAGES = ("books", "wikipedia", "webtext", "clean", "dedup", "near_dedup", "documents", "vocab", "bert", "gpt", "train")
 
@@ -27,6 +27,15 @@ class RunConfig(Section):
     direct_running_mode: Literal["in_memory", "multi_threading", "multi_processing"] = "in_memory"
     direct_num_workers: int = 1
     beam_args: list[str] = Field(default_factory=list)  # passed through verbatim (--project, --temp_location, ...)
+    document_parts: int = Field(4, ge=1)  # Parquet files of documents (and of rejects), split by id hash
+
+    @field_validator("stages")
+    @classmethod
+    def _known_stages(cls, stages: list[str]) -> list[str]:
+        unknown = sorted(set(stages) - set(ALL_STAGES))
+        if unknown:
+            raise ValueError(f"unknown stage(s) {unknown}; known: {list(ALL_STAGES)}")
+        return stages
 
 
 class BooksConfig(Section):
@@ -60,6 +69,12 @@ class NearDedupConfig(Section):
     ngram: int = 5  # word n-gram shingles
     verify: bool = True  # exact Jaccard check of candidate pairs
     seed: int = 1
+    bands: int | None = None  # LSH bands x rows; None: datasketch's optimum for threshold and num_perm
+    rows: int | None = None
+    max_component_rounds: int = 20  # min-label propagation rounds unrolled in the Beam graph
+    wikipedia_domains: list[str] = Field(  # WebText docs on these hosts (and subdomains) are dropped
+        default_factory=lambda: ["wikipedia.org", "wikiwand.com", "wikizero.com", "wiki2.org", "wikimili.com", "dbpedia.org"]
+    )
 
 
 class VocabConfig(Section):
@@ -102,13 +117,58 @@ class TrainConfig(Section):
     global_batch_size: int | None = None  # gradient accumulation target; None = batch_size x world size
     lr: float | None = None  # None: recipe default for the model family
     warmup_steps: int | None = None
-    weight_decay: float = 0.01
+    weight_decay: float | None = None  # None: recipe default (BERT 0.01, GPT 0.1)
     grad_clip: float = 1.0
     num_workers: int = 2
     log_every: int = 10
     checkpoint_every: int = 500
-    compile: bool = True
+    compile: bool = True  # torch.compile on CUDA (never on CPU)
     seed: int = 0
+    dropout: float | None = None  # None: 0.1 for BERT (paper), 0.0 for GPT (nanoGPT)
+    pre_ln: bool = False  # BERT: pre-LN encoder instead of the paper's post-LN (not exportable to HF)
+    eval_batches: int = 100  # held-out evaluation at the end: at most this many batches per rank
+
+
+class FetchConfig(Section):
+    """Polite, bounded fetching (OpenWebText2's scraper limits: short timeouts, HTML only)."""
+
+    user_agent: str = "corpusforge/0.1 (+https://github.com/corpusforge)"
+    concurrency: int = 64  # requests in flight per worker
+    per_host_concurrency: int = 2
+    per_host_delay_s: float = 1.0  # minimum gap between request starts on one host
+    max_crawl_delay_s: float = 10.0  # robots.txt Crawl-delay is honoured up to this
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 20.0
+    total_timeout_s: float = 60.0  # one request, body included
+    url_deadline_s: float = 120.0  # one URL, redirects and retries included
+    max_body_bytes: int = 5_000_000  # raw bytes on the wire
+    max_decoded_bytes: int = 20_000_000  # after Content-Encoding: decompression-bomb cap
+    max_redirects: int = 5
+    retries: int = 2  # on 429 / 5xx / connection errors
+    backoff_s: float = 1.0  # doubled per retry
+    max_retry_after_s: float = 30.0
+    respect_robots: bool = True
+    content_types: list[str] = Field(default_factory=lambda: ["text/html", "application/xhtml+xml"])
+    allow_hosts: list[str] = Field(default_factory=list)  # hosts exempt from the private-address refusal
+    allow_networks: list[str] = Field(default_factory=list)  # CIDRs exempt, e.g. "127.0.0.1/32" for tests
+    batch_size: int = 256  # URLs per fetch batch (one WARC file each)
+
+
+class ExtractConfig(Section):
+    """WebText main-content extraction and Gopher-style quality filters (Rae et al. 2021, appendix A)."""
+
+    timeout_s: float = 10.0  # per page; a page over it is rejected and its worker process restarted
+    favor: Literal["precision", "balanced", "recall"] = "precision"
+    fix_unicode: bool = True  # ftfy
+    languages: list[str] = Field(default_factory=lambda: ["en"])  # ISO 639-1 codes; empty keeps every language
+    min_language_confidence: float = 0.5
+    min_words: int = 100  # ~128 GPT-2 tokens (about 1.3 tokens per English word)
+    max_words: int = 100_000
+    min_mean_word_length: float = 3.0
+    max_mean_word_length: float = 10.0
+    max_symbol_word_ratio: float = 0.1  # "#" and "..." per word
+    max_ellipsis_line_fraction: float = 0.3
+    min_alpha_word_fraction: float = 0.8
 
 
 class WebTextConfig(Section):
@@ -117,7 +177,11 @@ class WebTextConfig(Section):
     min_karma: int = 3
     exclude_over_18: bool = False
     offline: bool = False  # build only from existing WARCs
-    warc_dir: Path | None = None
+    warc_dir: Path | None = None  # None: <run.output_dir>/webtext/warc
+    extra_blocked_domains: list[str] = Field(default_factory=list)
+    extra_blocked_extensions: list[str] = Field(default_factory=list)
+    fetch: FetchConfig = Field(default_factory=FetchConfig)
+    extract: ExtractConfig = Field(default_factory=ExtractConfig)
 
 
 class Config(Section):

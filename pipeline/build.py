@@ -1,0 +1,174 @@
+"""``corpusforge build``: run the stages a configuration asks for and write the run manifest.
+
+documents (one Beam job: read sources -> clean -> exact/near dedup -> Parquet documents + rejects)
+  -> vocab (HF tokenizers on a deterministic sample) -> bert / gpt shards (Beam jobs) -> train.
+The manifest is written last, so a run that stopped half way never looks complete.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apache_beam as beam
+
+from corpusforge.config import Config
+from pipeline.documents_io import output_files
+from pipeline.manifest import describe_files, package_versions, write_json_atomic
+from pipeline.options import pipeline_options
+from pipeline.steps import Clean, ExactDedup, ReadBooks, ReadWikipedia, WriteParts, split
+from pipeline.summary import SourceStats, collect_stats, stats_to_json
+
+log = logging.getLogger(__name__)
+SOURCE_STAGES = ("books", "wikipedia", "webtext")
+
+
+@dataclass
+class BuildResult:
+    output_dir: Path
+    stats: dict[str, SourceStats] = field(default_factory=dict)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    artifacts: dict[str, Any] = field(default_factory=dict)
+    manifest_path: Path | None = None
+
+
+def input_files(cfg: Config) -> list[Path]:
+    stages = set(cfg.run.stages)
+    files: list[Path] = []
+    if "books" in stages:
+        from corpora.books import list_book_files
+
+        for root in cfg.books.paths:
+            files += list_book_files(Path(root), tuple(cfg.books.extensions))
+    if "wikipedia" in stages:
+        files += [Path(p) for p in [*cfg.wikipedia.paths, *cfg.wikipedia.index_paths]]
+    if "webtext" in stages:
+        files += [Path(p) for p in cfg.webtext.dumps]
+    return files
+
+
+def documents_graph(p: beam.Pipeline, cfg: Config) -> None:
+    """The documents job as one Beam graph; every input record ends as a document or a reject."""
+    stages = set(cfg.run.stages)
+    out = cfg.run.output_dir.resolve()
+    streams, reject_streams = [], []
+    if "books" in stages:
+        streams.append(p | "Books" >> ReadBooks(cfg.books))
+    if "wikipedia" in stages:
+        streams.append(p | "Wikipedia" >> ReadWikipedia(cfg.wikipedia))
+    if "webtext" in stages:
+        from pipeline.webtext import build_webtext
+
+        web_docs, web_rejects = build_webtext(p, cfg)
+        streams.append(web_docs)
+        reject_streams.append(web_rejects)
+    docs, rejects = split(streams | "AllSources" >> beam.Flatten(), "Read")
+    reject_streams.append(rejects)
+    if "clean" in stages:
+        docs, rejects = split(docs | "Clean" >> Clean(cfg.clean), "Cleaned")
+        reject_streams.append(rejects)
+    if "dedup" in stages and cfg.dedup.exact:
+        docs, rejects = split(docs | "ExactDedup" >> ExactDedup(), "Deduped")
+        reject_streams.append(rejects)
+    if "near_dedup" in stages:
+        from pipeline.near_dedup import NearDedup
+
+        docs, rejects = split(docs | "NearDedup" >> NearDedup(cfg.near_dedup), "NearDeduped")
+        reject_streams.append(rejects)
+    if "webtext" in stages and "wikipedia" in stages:
+        from pipeline.near_dedup import RemoveWikipedia
+
+        docs, rejects = split(docs | "RemoveWikipedia" >> RemoveWikipedia(cfg.near_dedup), "WikiRemoved")
+        reject_streams.append(rejects)
+    docs | "WriteDocuments" >> WriteParts(str(out / "documents"), cfg.run.document_parts, "documents")
+    (
+        reject_streams
+        | "AllRejects" >> beam.Flatten()
+        | "WriteRejects" >> WriteParts(str(out / "rejects"), cfg.run.document_parts, "rejects")
+    )
+
+
+def _beam_counters(result: beam.runners.runner.PipelineResult) -> dict[str, int]:
+    try:
+        counters = result.metrics().query()["counters"]
+    except Exception:  # runners without metrics support (Dask) report nothing here
+        return {}
+    totals: dict[str, int] = {}
+    for counter in counters:
+        name = f"{counter.key.metric.namespace}.{counter.key.metric.name}"
+        totals[name] = totals.get(name, 0) + int(counter.committed or counter.attempted or 0)
+    return dict(sorted(totals.items()))
+
+
+def run_documents(cfg: Config, result: BuildResult) -> None:
+    out = cfg.run.output_dir.resolve()
+    for sub in ("documents", "rejects"):
+        shutil.rmtree(out / sub, ignore_errors=True)
+        (out / sub).mkdir(parents=True)
+    pipeline = beam.Pipeline(options=pipeline_options(cfg.run))
+    documents_graph(pipeline, cfg)
+    run = pipeline.run()
+    run.wait_until_finish()
+    result.artifacts["beam_counters"] = _beam_counters(run)
+    result.stats = collect_stats(out / "documents", out / "rejects")
+
+
+def run_build(cfg: Config) -> BuildResult:
+    out = cfg.run.output_dir.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    stages = list(cfg.run.stages)
+    result = BuildResult(output_dir=out)
+    inputs = input_files(cfg)
+    started = time.perf_counter()
+
+    def timed(name: str, fn, *args) -> Any:
+        t0 = time.perf_counter()
+        value = fn(*args)
+        result.stage_seconds[name] = round(time.perf_counter() - t0, 3)
+        return value
+
+    if set(stages) & set(SOURCE_STAGES):
+        timed("documents", run_documents, cfg, result)
+    doc_paths = output_files(out / "documents")
+    if "vocab" in stages:
+        from pipeline.vocab import train_vocab_from_documents
+
+        result.artifacts["vocab"] = timed("vocab", train_vocab_from_documents, doc_paths, out / "vocab", cfg.vocab)
+    vocab_dirs = result.artifacts.get("vocab") or {}
+    if "bert" in stages:
+        from pipeline.examples_stage import write_bert_shards
+
+        result.artifacts["bert"] = timed(
+            "bert", write_bert_shards, pipeline_options(cfg.run), doc_paths, Path(vocab_dirs.get("wordpiece", out / "vocab" / "wordpiece")),
+            out / "shards" / "bert", cfg.bert, cfg.shards, cfg.run.seed,
+        )
+    if "gpt" in stages:
+        from pipeline.examples_stage import write_gpt_shards
+
+        result.artifacts["gpt"] = timed(
+            "gpt", write_gpt_shards, pipeline_options(cfg.run), doc_paths, Path(vocab_dirs.get("bpe", out / "vocab" / "bpe")),
+            out / "shards" / "gpt", cfg.gpt, cfg.shards, cfg.run.seed,
+        )
+    if "train" in stages:
+        from trainer.loop import train_from_config
+
+        shard_dir = out / "shards" / cfg.train.task
+        result.artifacts["train"] = timed("train", train_from_config, cfg.train, shard_dir, out / "train")
+    result.stage_seconds["total"] = round(time.perf_counter() - started, 3)
+    result.manifest_path = write_json_atomic(
+        {
+            "kind": "corpusforge-build",
+            "inputs": describe_files(inputs),
+            "config": cfg.model_dump(mode="json"),
+            "versions": package_versions(),
+            "counters": stats_to_json(result.stats),
+            "stage_seconds": result.stage_seconds,
+            "artifacts": result.artifacts,
+            "outputs": describe_files([*doc_paths, *output_files(out / "rejects")], out),
+        },
+        out / "manifest.json",
+    )
+    return result

@@ -1,0 +1,98 @@
+"""Parquet files of documents and rejects: schema, atomic writes through Beam's filesystems, reading back.
+
+Each output file holds the documents whose id hashes to its part number, sorted by id, so file bytes
+do not depend on the runner, the worker count or the bundle order.
+"""
+from __future__ import annotations
+
+import io
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+from corpora.document import META_FIELDS, Document, Reject
+
+DOCUMENT_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("source", pa.string()),
+        ("title", pa.string()),
+        ("url", pa.string()),
+        ("text", pa.string()),
+        ("meta", pa.struct([(name, pa.string()) for name in META_FIELDS])),
+    ]
+)
+REJECT_SCHEMA = pa.schema(
+    [("id", pa.string()), ("source", pa.string()), ("reason", pa.string()), ("detail", pa.string()), ("key", pa.string())]
+)
+PART_PATTERN = "part-{index:05d}-of-{count:05d}.parquet"
+
+
+def part_of(record_id: str, parts: int) -> int:
+    """Stable part number from an id (ids are hex digests, or hashed when they are not)."""
+    try:
+        return int(record_id[:8], 16) % parts
+    except ValueError:
+        return abs(hash(record_id)) % parts
+
+
+def documents_table(docs: Iterable[Document]) -> pa.Table:
+    rows = sorted(docs, key=lambda d: d.id)
+    return pa.Table.from_pydict(
+        {
+            "id": [d.id for d in rows],
+            "source": [d.source for d in rows],
+            "title": [d.title for d in rows],
+            "url": [d.url for d in rows],
+            "text": [d.text for d in rows],
+            "meta": [{name: d.meta.get(name) for name in META_FIELDS} for d in rows],
+        },
+        schema=DOCUMENT_SCHEMA,
+    )
+
+
+def rejects_table(rejects: Iterable[Reject]) -> pa.Table:
+    rows = sorted(rejects, key=lambda r: (r.id, r.reason, r.key))
+    return pa.Table.from_pydict(
+        {
+            "id": [r.id for r in rows],
+            "source": [r.source for r in rows],
+            "reason": [r.reason for r in rows],
+            "detail": [r.detail for r in rows],
+            "key": [r.key for r in rows],
+        },
+        schema=REJECT_SCHEMA,
+    )
+
+
+def write_table_atomic(table: pa.Table, path: str) -> str:
+    """Write Parquet to a temporary name beside ``path`` and rename, on any Beam filesystem."""
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd")
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    with FileSystems.create(tmp) as handle:
+        handle.write(buffer.getvalue())
+    if FileSystems.exists(path):
+        FileSystems.delete([path])
+    FileSystems.rename([tmp], [path])
+    return path
+
+
+def document_from_row(row: dict) -> Document:
+    meta = {k: v for k, v in (row.get("meta") or {}).items() if v is not None}
+    return Document(id=row["id"], source=row["source"], title=row["title"], text=row["text"], url=row["url"] or "", meta=meta)
+
+
+def read_documents(paths: Iterable[Path]) -> Iterator[Document]:
+    for path in sorted(paths):
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+            for row in batch.to_pylist():
+                yield document_from_row(row)
+
+
+def output_files(directory: Path) -> list[Path]:
+    return sorted(Path(directory).glob("part-*.parquet"))

@@ -1,0 +1,22 @@
+"""Beam pipeline options from the typed run configuration.
+
+The in-process runner is pinned explicitly: Beam 2.68+ otherwise first tries its Prism runner, which
+downloads a binary (offline that fails and silently falls back). Every other Beam option passes through
+``run.beam_args`` unchanged, so the same job runs on Dask, Flink, Spark or Dataflow.
+"""
+from __future__ import annotations
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from corpusforge.config import RunConfig
+
+# Runners Beam does not register by short name.
+RUNNER_ALIASES = {"DaskRunner": "apache_beam.runners.dask.dask_runner.DaskRunner"}
+
+
+def pipeline_options(run: RunConfig, **extra: object) -> PipelineOptions:
+    flags = [f"--runner={RUNNER_ALIASES.get(run.runner, run.runner)}", *run.beam_args]
+    if run.runner in ("DirectRunner", "FnApiRunner"):
+        flags.append(f"--direct_running_mode={run.direct_running_mode}")
+        flags.append(f"--direct_num_workers={run.direct_num_workers}")
+    return PipelineOptions(flags, **extra)
