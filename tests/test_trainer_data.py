@@ -1,0 +1,200 @@
+"""ShardStream: exactly-once sharding over ranks x workers, seeded shuffle, exact resume, model inputs."""
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from shard_factory import FIRST_WORD_ID, random_bert_columns, random_gpt_columns, write_shards
+from torch.utils.data import DataLoader
+
+from trainer.data import DataWaitTimer, ShardStream, epoch_order, to_model_inputs
+
+N = 1000
+SHARDS = [600, 400]
+
+
+def labelled_columns(count: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random BERT examples whose second token is FIRST_WORD_ID + example index (a readable id)."""
+    columns = random_bert_columns(count, max_seq_length=32, max_predictions=5, seed=seed)
+    columns["input_ids"][:, 1] = FIRST_WORD_ID + np.arange(count)
+    return columns
+
+
+def example_ids(batch: dict[str, torch.Tensor]) -> list[int]:
+    return (batch["input_ids"][:, 1].long() - FIRST_WORD_ID).tolist()
+
+
+@pytest.fixture(scope="module")
+def shard_dir(tmp_path_factory) -> Path:
+    # several record batches per shard, so batches also cross record-batch boundaries
+    return write_shards(tmp_path_factory.mktemp("bert"), labelled_columns(N), SHARDS, batch_rows=96)
+
+
+def read_all(stream: ShardStream, workers: int, limit: int | None = None) -> list[list[int]]:
+    loader = DataLoader(stream, batch_size=None, num_workers=workers)
+    return [example_ids(batch) for batch in itertools.islice(loader, limit)]
+
+
+def global_order(epoch: int, seed: int, block_size: int = 64) -> list[int]:
+    """Example ids of an epoch's global order, from the block table (ids = shard offset + row)."""
+    offsets = np.concatenate([[0], np.cumsum(SHARDS)])
+    order = epoch_order(SHARDS, seed, epoch, block_size)
+    return [int(offsets[shard]) + row for shard, first, end in order for row in range(first, end)]
+
+
+def test_every_example_once_per_epoch_across_3_ranks_x_2_workers(shard_dir):
+    world, batch_size = 3, 16
+    per_rank = [read_all(ShardStream(shard_dir, batch_size, rank=r, world_size=world, seed=7), workers=2) for r in range(world)]
+    seen = [i for batches in per_rank for batch in batches for i in batch]
+    stream = ShardStream(shard_dir, batch_size, world_size=world, seed=7)
+    assert len(seen) == len(set(seen)) == N - stream.dropped_per_epoch == stream.batches_per_epoch * world * batch_size
+    # global batch g is the next G examples of the global order, split contiguously among ranks
+    order = global_order(0, seed=7)
+    for g in range(stream.batches_per_epoch):
+        assert [i for r in range(world) for i in per_rank[r][g]] == order[g * 48 : (g + 1) * 48]
+    assert set(order) - set(seen) == set(order[stream.batches_per_epoch * 48 :])  # only the drop_last tail
+
+
+def test_sequence_is_the_same_for_any_number_of_workers(shard_dir):
+    single = read_all(ShardStream(shard_dir, 24, seed=1), workers=0)
+    assert read_all(ShardStream(shard_dir, 24, seed=1), workers=2) == single
+
+
+def test_shuffle_is_seeded_differs_by_epoch_and_keeps_blocks_contiguous(shard_dir):
+    def epoch(e: int, seed: int) -> list[int]:
+        stream = ShardStream(shard_dir, 50, seed=seed)
+        stream.set_epoch(e)
+        return [i for batch in read_all(stream, workers=0) for i in batch]
+
+    first = epoch(0, seed=3)
+    assert first == epoch(0, seed=3)
+    assert first != epoch(1, seed=3) and sorted(first) == sorted(epoch(1, seed=3))
+    assert first != epoch(0, seed=4)
+    assert first != sorted(first)
+    runs = sum(1 for a, b in zip(first, first[1:]) if b != a + 1) + 1
+    assert runs <= len(epoch_order(SHARDS, 3, 0, 64))  # rows stay consecutive inside a 64-example block
+
+
+def test_unshuffled_stream_reads_in_file_order(shard_dir):
+    batches = read_all(ShardStream(shard_dir, 100, shuffle=False), workers=0)
+    assert [i for batch in batches for i in batch] == list(range(N))
+
+
+def test_resume_mid_epoch_with_two_workers_continues_exactly(shard_dir):
+    def stream() -> ShardStream:
+        return ShardStream(shard_dir, 32, rank=1, world_size=2, seed=5, epochs=None)
+
+    steps = 2 * stream().batches_per_epoch + 3  # crosses two epoch boundaries
+    uninterrupted = read_all(stream(), workers=2, limit=steps)
+    for stop in (7, 15, 17):  # mid-epoch, the last batch of an epoch, the next epoch
+        before = read_all(stream(), workers=2, limit=stop)
+        resumed = stream()
+        resumed.load_state_dict(stream().state_dict(stop))
+        assert before + read_all(resumed, workers=2, limit=steps - stop) == uninterrupted
+    state = stream().state_dict(17)
+    assert (state["epoch"], state["position"]) == (1, 2 * 64)  # 15 full global batches of 64 per epoch
+
+
+def test_resume_with_a_different_world_size_neither_repeats_nor_skips(shard_dir):
+    consumed_batches = 5
+    before = [read_all(ShardStream(shard_dir, 24, rank=r, world_size=2, seed=9), workers=2, limit=consumed_batches) for r in range(2)]
+    state = ShardStream(shard_dir, 24, world_size=2, seed=9).state_dict(consumed_batches)
+    seen_before = [i for batches in before for batch in batches for i in batch]
+    order = global_order(0, seed=9)
+    assert sorted(seen_before) == sorted(order[:240])
+    for world, batch_size in [(3, 16), (4, 12), (1, 36)]:
+        after = []
+        for rank in range(world):
+            stream = ShardStream(shard_dir, batch_size, rank=rank, world_size=world, seed=9)
+            stream.load_state_dict(state)
+            after += [i for batch in read_all(stream, workers=2) for i in batch]
+        full = (N - 240) // (world * batch_size) * world * batch_size
+        assert not set(after) & set(seen_before)
+        assert sorted(seen_before + after) == sorted(order[: 240 + full])
+
+
+def test_resume_refuses_a_different_order(shard_dir):
+    state = ShardStream(shard_dir, 16, seed=1).state_dict(3)
+    with pytest.raises(ValueError, match="seed"):
+        ShardStream(shard_dir, 16, seed=2).load_state_dict(state)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    sizes=st.lists(st.integers(1, 90), min_size=1, max_size=4),
+    batch_size=st.integers(1, 9),
+    world=st.integers(1, 4),
+    block_size=st.integers(1, 40),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_property_ranks_partition_the_epoch(tmp_path_factory, sizes, batch_size, world, block_size, seed):
+    total = sum(sizes)
+    if total < batch_size * world:
+        return
+    directory = write_shards(tmp_path_factory.mktemp("prop"), labelled_columns(total), sizes)
+    seen = []
+    for rank in range(world):
+        stream = ShardStream(directory, batch_size, rank=rank, world_size=world, seed=seed, block_size=block_size)
+        seen += [i for batch in read_all(stream, workers=0) for i in batch]
+    assert len(seen) == len(set(seen)) == total // (batch_size * world) * batch_size * world
+
+
+def test_batches_keep_stored_dtypes_and_view_the_memory_map(shard_dir):
+    stream = ShardStream(shard_dir, 16, shuffle=False)
+    batch = next(iter(stream))
+    assert batch["input_ids"].dtype == torch.uint16 and batch["next_sentence_label"].dtype == torch.int8
+    buffer = stream._shards[0].table.column("input_ids").chunks[0].values.buffers()[1]
+    assert buffer.address <= batch["input_ids"].data_ptr() < buffer.address + buffer.size  # zero-copy
+
+
+def test_bert_model_inputs(shard_dir):
+    batch = next(iter(ShardStream(shard_dir, 8, seed=2)))
+    inputs = to_model_inputs(batch, "cpu", "bert")
+    assert {k: v.dtype for k, v in inputs.items()} == {
+        "input_ids": torch.long, "attention_mask": torch.bool, "token_type_ids": torch.long,
+        "masked_lm_positions": torch.long, "masked_lm_ids": torch.long, "masked_lm_weights": torch.float,
+        "next_sentence_label": torch.long,
+    }
+    for row in range(8):
+        length, a_length = int(batch["length"][row]), int(batch["a_length"][row])
+        assert inputs["attention_mask"][row].tolist() == [p < length for p in range(32)]
+        assert inputs["token_type_ids"][row].tolist() == [int(a_length <= p < length) for p in range(32)]
+        assert inputs["input_ids"][row, a_length - 1] == inputs["input_ids"][row, length - 1] == 102
+    assert torch.equal(inputs["masked_lm_ids"], batch["masked_lm_ids"].long())
+
+
+def test_gpt_stream_and_model_inputs(tmp_path):
+    columns = random_gpt_columns(40, seq_len=16, seed=3)
+    directory = write_shards(tmp_path, columns, [25, 15], task="gpt")
+    stream = ShardStream(directory, 8, shuffle=False)
+    assert stream.task == "gpt"
+    batches = [to_model_inputs(b, "cpu", "gpt") for b in DataLoader(stream, batch_size=None, num_workers=2)]
+    ids = torch.cat([b["input_ids"] for b in batches])
+    lengths = torch.cat([b["length"] for b in batches])
+    assert ids.dtype == lengths.dtype == torch.long and ids.shape == (40, 17)
+    assert torch.equal(ids, torch.from_numpy(columns["input_ids"].astype(np.int64)))
+    assert lengths[-1] == 17 // 3 and (lengths[:-1] == 17).all()
+
+
+def test_data_wait_timer_separates_waiting_from_computing():
+    def slow_source():
+        for i in range(5):
+            time.sleep(0.03)
+            yield i
+
+    waiting = DataWaitTimer()
+    assert list(waiting.wrap(slow_source())) == list(range(5))
+    assert waiting.fraction() > 0.7
+
+    computing = DataWaitTimer()
+    for _ in computing.wrap(range(5)):
+        time.sleep(0.03)
+    assert computing.fraction() < 0.3
+    computing.reset()
+    assert computing.waited == 0.0
