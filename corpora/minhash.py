@@ -62,6 +62,13 @@ def sha1_hash32_many(items: Sequence[bytes]) -> np.ndarray:
     return np.frombuffer(digests, dtype="<u4")[::5].astype(np.uint64)
 
 
+def shingle_set(text: str, ngram: int = 5) -> np.ndarray:
+    """Sorted unique 64-bit SHA-1 prefixes of the shingles: an exact Jaccard up to 2^-64 collisions, compact to ship."""
+    digests = b"".join(map(_DIGEST, map(_sha1, _shingle_slices(text, ngram))))
+    prefixes = np.frombuffer(digests, dtype=np.uint8).reshape(-1, 20)[:, :8].copy()
+    return np.unique(prefixes.view("<u8").ravel())
+
+
 def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``(a, b)`` of datasketch's legacy scheme, drawn in the same order from the same generator."""
     gen = np.random.RandomState(seed)
@@ -140,8 +147,9 @@ def band_keys(signature: np.ndarray, bands: int, rows: int) -> list[bytes]:
     return [band.to_bytes(2, "little") + sig[band * rows : (band + 1) * rows].tobytes() for band in range(bands)]
 
 
-def jaccard(a: set[bytes], b: set[bytes]) -> float:
-    """Exact Jaccard similarity of two shingle sets (1.0 for two empty sets: both are empty text)."""
-    if not a and not b:
+def jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """Jaccard similarity of two :func:`shingle_set` arrays (1.0 for two empty texts: they are equal)."""
+    if not len(a) and not len(b):
         return 1.0
-    return len(a & b) / len(a | b)
+    common = len(np.intersect1d(a, b, assume_unique=True))
+    return common / (len(a) + len(b) - common)

@@ -1,0 +1,345 @@
+"""Near-duplicate removal at Beam scale: MinHash LSH, verified candidate pairs, distributed
+connected components, one deterministic representative per cluster; and Wikipedia removal.
+
+Stages (each a shuffle, none a single-task step over the whole corpus):
+
+1. signature per document -> one key per LSH band; GroupByKey(band key) -> candidate pairs;
+2. optional exact Jaccard verification: the pair is joined (CoGroupByKey by id) with both texts;
+3. connected components by min-label propagation with pointer jumping, unrolled for
+   ``max_component_rounds`` rounds (a path of n nodes converges in about log2(n) rounds); edges whose
+   endpoints still disagree are counted and resolved exactly by union-find over the residual *label*
+   graph, which is empty once converged and tiny otherwise;
+4. per component the representative is the longest text, then the smallest id; every other member
+   becomes ``Reject(reason="near_duplicate", detail=<representative id>)``.
+
+Every choice depends on document ids and texts only, so output is identical whatever the runner,
+bundle order or worker count.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from itertools import combinations
+from urllib.parse import urlsplit
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+
+from corpora.document import Document, Reject
+from corpora.minhash import MinHasher, band_keys, jaccard, lsh_params, s_curve_table, shingle_set
+from corpusforge.config import NearDedupConfig
+
+log = logging.getLogger(__name__)
+
+REJECTS = "rejects"
+KEPT = "kept"
+# A band bucket larger than this is linked as a star (+ a sorted chain) instead of all pairs: huge
+# buckets are boilerplate clones, and k^2 verified pairs would dominate the stage for no new edges.
+MAX_BUCKET_ALL_PAIRS = 64
+
+
+def banding(cfg: NearDedupConfig) -> tuple[int, int]:
+    """(bands, rows) from the configuration, or datasketch's optimum for its threshold."""
+    if cfg.bands and cfg.rows:
+        if cfg.bands * cfg.rows > cfg.num_perm:
+            raise ValueError(f"bands x rows = {cfg.bands * cfg.rows} exceeds num_perm = {cfg.num_perm}")
+        return cfg.bands, cfg.rows
+    return lsh_params(cfg.threshold, cfg.num_perm)
+
+
+class _BandKeys(beam.DoFn):
+    """(band key, (tag, id)) for every LSH band of every document."""
+
+    def __init__(self, cfg: NearDedupConfig, tag: str) -> None:
+        self.cfg, self.tag = cfg, tag
+        self.bands, self.rows = banding(cfg)
+
+    def setup(self) -> None:
+        self.hasher = MinHasher(self.cfg.num_perm, self.cfg.seed, self.cfg.ngram)
+
+    def process(self, doc: Document) -> Iterator[tuple[bytes, tuple[str, str]]]:
+        for key in band_keys(self.hasher.signature(doc.text), self.bands, self.rows):
+            yield key, (self.tag, doc.id)
+
+
+def _bucket_pairs(item: tuple[bytes, Iterable[tuple[str, str]]]) -> Iterator[tuple[str, str]]:
+    """Candidate pairs (smaller id first) among the documents sharing one band."""
+    ids = sorted({doc_id for _, doc_id in item[1]})
+    if len(ids) <= MAX_BUCKET_ALL_PAIRS:
+        yield from combinations(ids, 2)
+        return
+    yield from ((ids[0], other) for other in ids[1:])
+    yield from zip(ids[1:], ids[2:])
+
+
+def _cross_pairs(item: tuple[bytes, Iterable[tuple[str, str]]]) -> Iterator[tuple[str, str]]:
+    """(webtext id, wikipedia id) pairs sharing one band."""
+    members = list(item[1])
+    web = sorted({i for tag, i in members if tag == "web"})
+    wiki = sorted({i for tag, i in members if tag == "wiki"})
+    yield from ((w, k) for w in web for k in wiki)
+
+
+class VerifyPairs(beam.PTransform):
+    """Keep candidate pairs (left id, right id) whose exact shingle Jaccard reaches the threshold.
+
+    Each side's text is joined by id (CoGroupByKey), so a shingle set is computed once per document
+    that has candidates, and only the left side's set travels to the right side's key.
+    """
+
+    def __init__(self, cfg: NearDedupConfig, left: beam.PCollection, right: beam.PCollection) -> None:
+        super().__init__()
+        self.cfg, self.left, self.right = cfg, left, right
+
+    def expand(self, pairs: beam.PCollection) -> beam.PCollection:
+        ngram, threshold = self.cfg.ngram, self.cfg.threshold
+        verified = Metrics.counter("near_dedup", "verified_pairs")
+        refuted = Metrics.counter("near_dedup", "refuted_pairs")
+
+        def send_left(item: tuple[str, dict[str, list]]) -> Iterator[tuple[str, tuple[str, np.ndarray]]]:
+            left_id, group = item
+            if not group["pair"] or not group["text"]:
+                return
+            shingles = shingle_set(group["text"][0], ngram)
+            for right_id in group["pair"]:
+                yield right_id, (left_id, shingles)
+
+        def compare(item: tuple[str, dict[str, list]]) -> Iterator[tuple[str, str]]:
+            right_id, group = item
+            if not group["left"] or not group["text"]:
+                return
+            shingles = shingle_set(group["text"][0], ngram)
+            for left_id, left_shingles in group["left"]:
+                if jaccard(left_shingles, shingles) >= threshold:
+                    verified.inc()
+                    yield left_id, right_id
+                else:
+                    refuted.inc()
+
+        halves = (
+            {"pair": pairs, "text": self.left}
+            | "JoinLeft" >> beam.CoGroupByKey()
+            | "ShingleLeft" >> beam.FlatMap(send_left)
+        )
+        return (
+            {"left": halves, "text": self.right}
+            | "JoinRight" >> beam.CoGroupByKey()
+            | "Compare" >> beam.FlatMap(compare)
+        )
+
+
+def _union_find(edges: list[tuple[str, str]]) -> dict[str, str]:
+    """Smallest member of each component of a (small) residual graph, for each node."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in edges:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    return {x: find(x) for x in parent}
+
+
+class ConnectedComponents(beam.PTransform):
+    """Edges (a, b) -> (node, smallest node id of its component), distributed over the runner."""
+
+    def __init__(self, rounds: int) -> None:
+        super().__init__()
+        self.rounds = rounds
+
+    def expand(self, edges: beam.PCollection) -> beam.PCollection:
+        both_ways = edges | "BothWays" >> beam.FlatMap(lambda e: [(e[0], e[1]), (e[1], e[0])])
+        adjacency = both_ways | "Adjacency" >> beam.GroupByKey()
+        labels = adjacency | "Init" >> beam.Map(lambda item: (item[0], min(item[0], *item[1])))
+        for r in range(self.rounds):
+            labels = labels | f"Round{r}" >> _PropagateAndJump(adjacency)
+        unconverged = Metrics.counter("near_dedup", "unconverged_edges")
+
+        def label_edge(item: tuple[str, dict[str, list]]) -> Iterator[tuple[str, tuple[str, str]]]:
+            node, group = item
+            for label in group["label"]:
+                for other in group["edge"]:
+                    yield other, (node, label)
+
+        def residual(item: tuple[str, dict[str, list]]) -> Iterator[tuple[str, str]]:
+            _, group = item
+            for label in group["label"]:
+                for _, other_label in group["edge"]:
+                    if other_label != label:
+                        unconverged.inc()
+                        yield min(label, other_label), max(label, other_label)
+
+        leftover = (
+            {"label": labels, "edge": {"label": labels, "edge": both_ways} | "JoinEdge" >> beam.CoGroupByKey()
+             | "LabelEdge" >> beam.FlatMap(label_edge)}
+            | "JoinOther" >> beam.CoGroupByKey()
+            | "Residual" >> beam.FlatMap(residual)
+            | "DistinctResidual" >> beam.Distinct()
+        )
+        fix = leftover | "AllResidual" >> beam.combiners.ToList() | "UnionFind" >> beam.Map(_union_find)
+        return labels | "Resolve" >> beam.Map(lambda nl, m: (nl[0], m.get(nl[1], nl[1])), m=beam.pvalue.AsSingleton(fix))
+
+
+class _PropagateAndJump(beam.PTransform):
+    """One round: each node takes the minimum label among itself and its neighbours, then the label
+    of its label (pointer jumping), which doubles how far a label travels per round."""
+
+    def __init__(self, adjacency: beam.PCollection) -> None:
+        super().__init__()
+        self.adjacency = adjacency
+
+    def expand(self, labels: beam.PCollection) -> beam.PCollection:
+        def spread(item: tuple[str, dict[str, list]]) -> Iterator[tuple[str, str]]:
+            node, group = item
+            for label in group["label"]:
+                yield node, label
+                for neighbours in group["adj"]:
+                    for other in neighbours:
+                        yield other, label
+
+        propagated = (
+            {"label": labels, "adj": self.adjacency}
+            | "Join" >> beam.CoGroupByKey()
+            | "Spread" >> beam.FlatMap(spread)
+            | "Min" >> beam.CombinePerKey(min)
+        )
+        members = propagated | "ByLabel" >> beam.Map(lambda nl: (nl[1], nl[0]))
+        return (
+            {"member": members, "own": propagated}
+            | "JoinLabel" >> beam.CoGroupByKey()
+            | "Jump" >> beam.FlatMap(_jump)
+        )
+
+
+def _jump(item: tuple[str, dict[str, list]]) -> Iterator[tuple[str, str]]:
+    """Members labelled L take L's own label when it is smaller (it is connected to L, so to it)."""
+    label, group = item
+    own = min(group["own"], default=label)
+    for node in group["member"]:
+        yield node, min(label, own)
+
+
+def _representatives(item: tuple[str, Iterable[tuple[str, int]]]) -> Iterator[tuple[str, str]]:
+    """(duplicate id, representative id) for a component: keep the longest text, then the smallest id."""
+    members = sorted(item[1], key=lambda m: (-m[1], m[0]))
+    keep = members[0][0]
+    for doc_id, _ in members[1:]:
+        yield doc_id, keep
+
+
+class _Split(beam.DoFn):
+    """Each document is kept, or rejected with the reason and id found for it: nothing is lost."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+
+    def process(self, item: tuple[str, dict[str, list]]) -> Iterator[object]:
+        _, group = item
+        for doc in group["doc"]:
+            if group["reject"]:
+                reason, detail = min(group["reject"])
+                Metrics.counter(self.namespace, reason).inc()
+                yield beam.pvalue.TaggedOutput(REJECTS, Reject(doc.id, doc.source, reason, detail, doc.url or doc.title))
+            else:
+                Metrics.counter(self.namespace, "kept").inc()
+                yield doc
+
+
+def _split(docs: beam.PCollection, rejects: beam.PCollection, namespace: str) -> beam.pvalue.DoOutputsTuple:
+    keyed = docs | "KeyDocs" >> beam.Map(lambda d: (d.id, d))
+    return (
+        {"doc": keyed, "reject": rejects}
+        | "JoinRejects" >> beam.CoGroupByKey()
+        | "Split" >> beam.ParDo(_Split(namespace)).with_outputs(REJECTS, main=KEPT)
+    )
+
+
+class NearDedup(beam.PTransform):
+    """PCollection[Document] -> tagged outputs ``kept`` (Document) and ``rejects`` (near_duplicate)."""
+
+    def __init__(self, cfg: NearDedupConfig | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg or NearDedupConfig()
+
+    def expand(self, docs: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        cfg = self.cfg
+        bands, rows = banding(cfg)
+        log.info("near_dedup: threshold %.2f, num_perm %d\n%s", cfg.threshold, cfg.num_perm, s_curve_table(bands, rows))
+        pairs = (
+            docs
+            | "BandKeys" >> beam.ParDo(_BandKeys(cfg, "doc"))
+            | "ByBand" >> beam.GroupByKey()
+            | "BucketPairs" >> beam.FlatMap(_bucket_pairs)
+            | "DistinctPairs" >> beam.Distinct()
+        )
+        if cfg.verify:
+            texts = docs | "Texts" >> beam.Map(lambda d: (d.id, d.text))
+            pairs = pairs | "Verify" >> VerifyPairs(cfg, texts, texts)
+        labels = pairs | "Components" >> ConnectedComponents(cfg.max_component_rounds)
+        lengths = docs | "Lengths" >> beam.Map(lambda d: (d.id, len(d.text)))
+        duplicates = (
+            {"label": labels, "length": lengths}
+            | "JoinLengths" >> beam.CoGroupByKey()
+            | "ByComponent" >> beam.FlatMap(lambda it: [(lab, (it[0], n)) for lab in it[1]["label"] for n in it[1]["length"]])
+            | "GroupComponent" >> beam.GroupByKey()
+            | "Representative" >> beam.FlatMap(_representatives)
+            | "AsReject" >> beam.Map(lambda dr: (dr[0], ("near_duplicate", dr[1])))
+        )
+        return _split(docs, duplicates, "near_dedup")
+
+
+def on_wikipedia(url: str, domains: Iterable[str]) -> bool:
+    """True when the URL's host is one of ``domains`` or a subdomain of one (en.m.wikipedia.org)."""
+    host = (urlsplit(url).hostname or "").lower().rstrip(".")
+    return any(host == d or host.endswith("." + d) for d in domains)
+
+
+class WikipediaRemoval(beam.PTransform):
+    """WebText minus pages on Wikipedia or a mirror (``wikipedia_url``) and pages that are near-duplicates
+    of a Wikipedia article (``wikipedia_near_duplicate``, detail = the article's id), as GPT-2 did to keep
+    the common evaluation sets out of its training text."""
+
+    def __init__(self, wikipedia_docs: beam.PCollection, cfg: NearDedupConfig | None = None) -> None:
+        super().__init__()
+        self.wikipedia_docs, self.cfg = wikipedia_docs, cfg or NearDedupConfig()
+
+    def expand(self, web: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        cfg, wiki = self.cfg, self.wikipedia_docs
+        domains = tuple(cfg.wikipedia_domains)
+        url_rejects = (
+            web
+            | "OnWikipedia" >> beam.Filter(lambda d: on_wikipedia(d.url, domains))
+            | "UrlReject" >> beam.Map(lambda d: (d.id, ("wikipedia_url", urlsplit(d.url).hostname or "")))
+        )
+        elsewhere = web | "NotOnWikipedia" >> beam.Filter(lambda d: not on_wikipedia(d.url, domains))
+        pairs = (
+            (
+                elsewhere | "WebBands" >> beam.ParDo(_BandKeys(cfg, "web")),
+                wiki | "WikiBands" >> beam.ParDo(_BandKeys(cfg, "wiki")),
+            )
+            | "AllBands" >> beam.Flatten()
+            | "ByBand" >> beam.GroupByKey()
+            | "CrossPairs" >> beam.FlatMap(_cross_pairs)
+            | "DistinctPairs" >> beam.Distinct()
+        )
+        if cfg.verify:
+            web_texts = elsewhere | "WebTexts" >> beam.Map(lambda d: (d.id, d.text))
+            wiki_texts = wiki | "WikiTexts" >> beam.Map(lambda d: (d.id, d.text))
+            pairs = pairs | "Verify" >> VerifyPairs(cfg, web_texts, wiki_texts)
+        near_rejects = pairs | "NearReject" >> beam.Map(lambda p: (p[0], ("wikipedia_near_duplicate", p[1])))
+        rejects = (url_rejects, near_rejects) | "AllRejects" >> beam.Flatten()
+        return _split(web, rejects, "wikipedia_removal")
+
+
+def wikipedia_removal(
+    webtext_docs: beam.PCollection, wikipedia_docs: beam.PCollection, cfg: NearDedupConfig | None = None
+) -> beam.pvalue.DoOutputsTuple:
+    """``webtext_docs | WikipediaRemoval(wikipedia_docs, cfg)``: tagged outputs ``kept`` and ``rejects``."""
+    return webtext_docs | "WikipediaRemoval" >> WikipediaRemoval(wikipedia_docs, cfg)
