@@ -1,0 +1,143 @@
+"""What a person sees: the end-of-build summary and ``docs inspect``."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from rich.console import Console
+from rich.table import Table
+
+from pipeline.build import BuildResult
+from pipeline.documents_io import output_files
+from pipeline.summary import collect_stats, stats_to_json
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:,.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def sources_table(stats: dict) -> Table:
+    table = Table(title="documents per source")
+    for column in ("source", "inputs", "documents", "rejects", "words", "text"):
+        table.add_column(column, justify="left" if column == "source" else "right")
+    for source, s in stats.items():
+        table.add_row(source, f"{s.inputs:,}", f"{s.documents:,}", f"{sum(s.rejects.values()):,}", f"{s.words:,}", _human_bytes(s.bytes))
+    return table
+
+
+def rejects_table(stats: dict) -> Table:
+    table = Table(title="rejects per reason")
+    table.add_column("source")
+    table.add_column("reason")
+    table.add_column("count", justify="right")
+    for source, s in stats.items():
+        for reason, count in sorted(s.rejects.items()):
+            table.add_row(source, reason, f"{count:,}")
+    return table
+
+
+def print_build_summary(console: Console, result: BuildResult) -> None:
+    if result.stats:
+        console.print(sources_table(result.stats))
+        console.print(rejects_table(result.stats))
+    for name in ("bert", "gpt"):
+        shards = result.artifacts.get(name)
+        if isinstance(shards, dict):
+            totals = shards.get("totals", shards)
+            console.print(f"[bold]{name} shards[/]: {totals.get('examples', '?'):,} examples, {totals.get('tokens', '?'):,} tokens")
+    timings = ", ".join(f"{stage} {seconds:.1f}s" for stage, seconds in result.stage_seconds.items())
+    console.print(f"[bold]wall time[/]: {timings}")
+    console.print(f"[bold green]outputs[/] in {result.output_dir}:")
+    for sub in ("documents", "rejects", "vocab", "shards", "train"):
+        if (result.output_dir / sub).exists():
+            console.print(f"  {result.output_dir / sub}/")
+    console.print(f"  manifest: {result.manifest_path}")
+
+
+def _locate(path: Path) -> tuple[list[Path], list[Path]]:
+    """(document files, reject files) for a build directory, a documents folder or one file."""
+    if path.is_file():
+        return [path], []
+    if (path / "documents").is_dir():
+        return output_files(path / "documents"), output_files(path / "rejects")
+    if path.is_dir():
+        return output_files(path), output_files(path.parent / "rejects") if path.name == "documents" else []
+    raise FileNotFoundError(f"{path}: no such file or directory")
+
+
+def inspect_documents(console: Console, path: Path, show: str | None = None, as_json: bool = False) -> None:
+    doc_files, reject_files = _locate(path)
+    if not doc_files:
+        raise FileNotFoundError(f"{path}: no part-*.parquet document files")
+    words = np.concatenate(
+        [
+            pc.list_value_length(pc.utf8_split_whitespace(pq.read_table(f, columns=["text"])["text"])).to_numpy(zero_copy_only=False)
+            for f in doc_files
+        ]
+    )
+    stats = collect_stats(doc_files[0].parent, reject_files[0].parent if reject_files else doc_files[0].parent / "_none")
+    lengths = {
+        "documents": int(words.size),
+        "words_total": int(words.sum()),
+        "words_min": int(words.min()) if words.size else 0,
+        "words_median": float(np.median(words)) if words.size else 0.0,
+        "words_mean": float(words.mean()) if words.size else 0.0,
+        "words_max": int(words.max()) if words.size else 0,
+    }
+    if as_json:
+        console.print_json(json.dumps({"sources": stats_to_json(stats), "lengths": lengths}))
+    else:
+        console.print(sources_table(stats))
+        if any(s.rejects for s in stats.values()):
+            console.print(rejects_table(stats))
+        console.print("[bold]length in words[/]: " + ", ".join(f"{k.removeprefix('words_')} {v:,.0f}" for k, v in lengths.items() if k.startswith("words_")))
+        console.print(_histogram(words))
+    if show is not None:
+        _show_document(console, doc_files, show)
+
+
+def _histogram(words: np.ndarray, bins: int = 10, width: int = 40) -> str:
+    if not words.size:
+        return ""
+    edges = np.unique(np.quantile(words, np.linspace(0, 1, bins + 1)).astype(int))
+    counts, edges = np.histogram(words, bins=edges if edges.size > 1 else bins)
+    peak = counts.max() or 1
+    lines = ["words per document (quantile bins):"]
+    for lo, hi, count in zip(edges[:-1], edges[1:], counts):
+        lines.append(f"  {int(lo):>9,}-{int(hi):<9,} {'#' * int(width * count / peak):<{width}} {count:,}")
+    return "\n".join(lines)
+
+
+def _show_document(console: Console, doc_files: list[Path], show: str) -> None:
+    row = None
+    if show.isdigit():
+        index = int(show)
+        for f in doc_files:
+            table = pq.read_table(f)
+            if index < table.num_rows:
+                row = table.slice(index, 1).to_pylist()[0]
+                break
+            index -= table.num_rows
+    else:
+        for f in doc_files:
+            table = pq.read_table(f)
+            match = table.filter(pc.equal(table["id"], show))
+            if match.num_rows:
+                row = match.to_pylist()[0]
+                break
+    if row is None:
+        raise KeyError(f"no document {show!r}")
+    meta = {k: v for k, v in (row["meta"] or {}).items() if v is not None}
+    console.rule(f"[bold]{row['title']}[/] ({row['source']}, id {row['id']})")
+    console.print(f"url: {row['url'] or '-'}   meta: {meta}")
+    text = row["text"]
+    console.print(text[:4000], markup=False, highlight=False)
+    if len(text) > 4000:
+        console.print(f"[dim]... {len(text) - 4000:,} more characters[/]")
