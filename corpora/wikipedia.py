@@ -1,0 +1,378 @@
+"""Read MediaWiki XML dumps (plain, bz2, or bz2 multistream) into Documents and Rejects.
+
+A multistream dump is many bz2 streams concatenated, with an index of the byte offset of
+every stream; ``plan_ranges`` cuts it at stream boundaries so that Beam reads one dump on
+many workers, and ``read_range`` streams one range with bounded memory. Every ``<page>`` read
+becomes exactly one Document or Reject, and a corrupt or truncated file ends in one
+``corrupt_input`` Reject after the pages read before the damage, never an exception.
+
+Ids are ``make_id("wikipedia", f"{dbname}:{page_id}")`` with the ``<dbname>`` of the dump's
+siteinfo (e.g. ``enwiki``), so they survive renaming the file; a dump without siteinfo falls
+back to the file name without its suffixes.
+"""
+from __future__ import annotations
+
+import bz2
+import html
+import io
+import os
+import re
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Literal
+
+from corpora.document import Document, Reject, make_id
+from corpora.wikitext import wikitext_to_text
+
+SOURCE = "wikipedia"
+READ_BYTES = 1 << 20
+
+# Templates that mark a disambiguation page (English and a few localized names).
+_DISAMBIGUATION = re.compile(
+    r"\{\{\s*(?:disambig\w*|dab|disamb|hndis|geodis|numberdis|mil-unit-dis|[\w -]*disambiguation"
+    r"|trang định hướng|định hướng|пояснителна страница|неоднозначность|многозначность"
+    r"|begriffsklärung|homonymie|desambiguación|desambiguação|disambigua)\s*[|}]",
+    re.I,
+)
+_PAGE_ID = re.compile(rb"<id>\s*(\d+)\s*</id>")
+_TITLE = re.compile(rb"<title>(.*?)</title>", re.S)
+_XML_DECLARATION = re.compile(rb"<\?xml[^>]*\?>\s*")
+_ENCODING = re.compile(rb"""encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
+
+
+@dataclass(frozen=True, slots=True)
+class DumpRange:
+    """A slice of one dump that one worker reads: a whole file, or whole bz2 streams."""
+
+    path: str
+    start: int = 0
+    end: int | None = None  # exclusive byte offset; None = end of file
+    kind: Literal["plain", "bz2", "multistream"] = "plain"
+
+
+@dataclass(slots=True)
+class _SiteInfo:
+    key: str  # id namespace: siteinfo dbname, else the file stem
+    url_base: str  # "https://en.wikipedia.org/wiki/"
+    media_prefixes: set[str] = field(default_factory=set)  # localized File: / Category: names
+
+
+def plan_ranges(path: Path, index_path: Path | None = None, streams_per_range: int = 100) -> list[DumpRange]:
+    """Byte ranges that together cover a dump; many only for a multistream dump with its index."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"Wikipedia dump not found: {path}")
+    if path.stat().st_size == 0:
+        raise ValueError(f"Wikipedia dump is empty: {path}")
+    if streams_per_range < 1:
+        raise ValueError(f"streams_per_range must be >= 1, got {streams_per_range}")
+    if not _is_bz2(path):
+        return [DumpRange(str(path), 0, None, "plain")]
+    index_path = Path(index_path) if index_path is not None else _find_index(path)
+    if index_path is None:
+        return [DumpRange(str(path), 0, None, "bz2")]
+    if not index_path.is_file():
+        raise FileNotFoundError(f"multistream index not found: {index_path}")
+    offsets = read_stream_offsets(index_path)
+    if not offsets:
+        raise ValueError(f"multistream index has no entries: {index_path}")
+    starts = offsets[::streams_per_range]
+    ends: list[int | None] = [*starts[1:], None]
+    return [DumpRange(str(path), start, end, "multistream") for start, end in zip(starts, ends)]
+
+
+def read_stream_offsets(index_path: Path) -> list[int]:
+    """Sorted distinct stream offsets of a ``offset:page_id:title`` index (bz2 or plain)."""
+    opener = bz2.open if _is_bz2(index_path) else open
+    with opener(index_path, "rb") as f:
+        return sorted({int(line.split(b":", 1)[0]) for line in f if line.strip()})
+
+
+def read_range(
+    r: DumpRange, *, keep_headings: bool = True, drop_disambiguation: bool = True
+) -> Iterator[Document | Reject]:
+    """Documents (namespace 0 articles) and Rejects for every page in the range, in file order."""
+    parser = ET.XMLPullParser(events=("start", "end"))
+    site: _SiteInfo | None = None
+    root: ET.Element | None = None
+    depth = 0
+    closed = False
+    head = b""  # the document's first bytes: its BOM or XML declaration
+    try:
+        for chunk in _xml_chunks(r):
+            head = head or chunk[:512]
+            parser.feed(chunk)
+            for event, elem in parser.read_events():
+                if event == "start":
+                    depth += 1
+                    if depth == 1:
+                        root = elem
+                    continue
+                depth -= 1
+                name = _local(elem.tag)
+                if depth == 0:
+                    closed = True
+                elif depth == 1 and name == "siteinfo":
+                    site = _site_info(elem, root, r.path)
+                elif depth == 1 and name == "page":
+                    if site is None:
+                        site = _site_info(None, root, r.path)
+                    yield _page(elem, site, keep_headings, drop_disambiguation)
+                    root.clear()  # bounded memory: drop the finished page
+        if depth > 1:
+            raise EOFError("the XML ends inside a page (truncated dump)")
+        if not closed:  # a multistream range (or a dump) that ends between two pages
+            parser.feed(_closing_tag(root, head))
+        parser.close()
+    except (OSError, EOFError, ET.ParseError, ValueError, LookupError) as error:
+        detail = " ".join(f"{type(error).__name__}: {error}".split())
+        key = f"{r.path}@{r.start}"
+        yield Reject(make_id(SOURCE, f"{key}:corrupt"), SOURCE, "corrupt_input", detail, r.path)
+
+
+def build_multistream(src: Path, dst: Path, index: Path, pages_per_stream: int = 100) -> None:
+    """Rewrite any dump as a real bz2 multistream dump (UTF-8) plus its bz2 ``offset:id:title``
+    index: the header in stream one, ``pages_per_stream`` pages per stream, the footer last."""
+    if pages_per_stream < 1:
+        raise ValueError(f"pages_per_stream must be >= 1, got {pages_per_stream}")
+    dst, index = Path(dst), Path(index)
+    dst_tmp = dst.with_name(f"{dst.name}.tmp-{uuid.uuid4().hex}")
+    index_tmp = index.with_name(f"{index.name}.tmp-{uuid.uuid4().hex}")
+    try:
+        with open(dst_tmp, "wb") as out, bz2.open(index_tmp, "wb") as index_out:
+            pages: list[bytes] = []
+
+            def flush_pages() -> None:
+                offset = out.tell()
+                out.write(bz2.compress(b"".join(pages)))
+                for page in pages:
+                    page_id, title = _page_id_and_title(page)
+                    index_out.write(f"{offset}:{page_id}:{title}\n".encode("utf-8"))
+                pages.clear()
+
+            for part, data in _dump_parts(Path(src)):
+                if part == "page":
+                    pages.append(data)
+                    if len(pages) == pages_per_stream:
+                        flush_pages()
+                    continue
+                if pages:
+                    flush_pages()
+                out.write(bz2.compress(data))  # header or footer: a stream of its own
+        os.replace(dst_tmp, dst)
+        os.replace(index_tmp, index)
+    finally:
+        for tmp in (dst_tmp, index_tmp):
+            tmp.unlink(missing_ok=True)
+
+
+def _dump_parts(src: Path) -> Iterator[tuple[Literal["header", "page", "footer"], bytes]]:
+    """Split a dump (any encoding, one tag per line as MediaWiki writes them) into its header,
+    its ``<page>`` elements and its footer, re-encoded as UTF-8 without an XML declaration."""
+    opener = bz2.open if _is_bz2(src) else open
+    with opener(src, "rb") as f:
+        encoding = _sniff_encoding(f.read(512))
+    part: Literal["header", "page", "footer"] = "header"
+    lines: list[str] = []
+    with opener(src, "rb") as f, io.TextIOWrapper(f, encoding=encoding, newline="") as text:
+        for line in text:
+            stripped = line.lstrip()
+            if stripped.startswith("<page>") or stripped.startswith("<page "):
+                if lines and part != "page":
+                    yield part, _XML_DECLARATION.sub(b"", "".join(lines).encode("utf-8"), count=1)
+                    lines = []
+                part = "page"
+            lines.append(line)
+            if part == "page" and stripped.startswith("</page>"):
+                yield "page", "".join(lines).encode("utf-8")
+                lines = []
+                part = "footer"
+    if lines:
+        yield part, "".join(lines).encode("utf-8")
+
+
+def _sniff_encoding(head: bytes) -> str:
+    """Encoding of an XML document from its first bytes: BOM, then declaration, else UTF-8."""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "utf-16"
+    if head.startswith(b"\xef\xbb\xbf"):
+        return "utf-8-sig"
+    if head.startswith(b"<\x00"):
+        return "utf-16-le"
+    if head.startswith(b"\x00<"):
+        return "utf-16-be"
+    match = _ENCODING.search(head.split(b"?>", 1)[0]) if head.startswith(b"<?xml") else None
+    return match.group(1).decode("ascii") if match else "utf-8"
+
+
+def _xml_chunks(r: DumpRange) -> Iterator[bytes]:
+    """Raw XML bytes of the range; a multistream range is prefixed by the dump's first stream
+    (XML declaration, ``<mediawiki>`` root with its namespace, and siteinfo)."""
+    with open(r.path, "rb") as f:
+        if r.kind == "plain":
+            yield from iter(lambda: f.read(READ_BYTES), b"")
+        elif r.kind == "bz2":
+            with bz2.open(f) as text:
+                yield from iter(lambda: text.read(READ_BYTES), b"")
+        else:
+            header, header_size = _first_stream(f)
+            yield header
+            start = max(r.start, header_size)  # a range at 0 would repeat the header stream
+            f.seek(start)
+            yield from _decompress_streams(f, None if r.end is None else r.end - start)
+
+
+def _first_stream(f: BinaryIO) -> tuple[bytes, int]:
+    """The dump's first bz2 stream, decompressed, and its compressed size."""
+    f.seek(0)
+    decompressor = bz2.BZ2Decompressor()
+    parts: list[bytes] = []
+    consumed = 0
+    while not decompressor.eof:
+        data = f.read(READ_BYTES)
+        if not data:
+            raise EOFError("first bz2 stream of the dump is truncated")
+        consumed += len(data)
+        parts.append(decompressor.decompress(data))
+    return b"".join(parts), consumed - len(decompressor.unused_data)
+
+
+def _decompress_streams(f: BinaryIO, limit: int | None) -> Iterator[bytes]:
+    """Decompress consecutive bz2 streams from the file position, reading at most ``limit``
+    bytes; a stream cut off by the end of the data raises EOFError."""
+    decompressor = bz2.BZ2Decompressor()
+    fed = False  # whether the current stream has started
+    remaining = limit
+    pending = b""
+    while True:
+        if not pending:
+            size = READ_BYTES if remaining is None else min(READ_BYTES, remaining)
+            pending = f.read(size) if size > 0 else b""
+            if remaining is not None:
+                remaining -= len(pending)
+            if not pending:
+                break
+        data, pending = pending, b""
+        fed = True
+        out = decompressor.decompress(data)
+        if out:
+            yield out
+        if decompressor.eof:
+            pending = decompressor.unused_data
+            decompressor = bz2.BZ2Decompressor()
+            fed = False
+    if fed:
+        raise EOFError("compressed data ended before the end of a bz2 stream")
+
+
+def _closing_tag(root: ET.Element | None, head: bytes) -> bytes:
+    """The root end tag in the document's encoding (no BOM), for a multistream range that
+    stops before the dump's footer."""
+    name = _local(root.tag) if root is not None else "mediawiki"
+    if head.startswith(b"\xfe\xff"):
+        codec = "utf-16-be"
+    elif head.startswith(b"\xff\xfe"):
+        codec = "utf-16-le"
+    else:
+        codec = {"utf-8-sig": "utf-8"}.get(_sniff_encoding(head), _sniff_encoding(head))
+    return f"</{name}>".encode(codec)
+
+
+def _site_info(siteinfo: ET.Element | None, root: ET.Element | None, path: str) -> _SiteInfo:
+    dbname = base = ""
+    media: set[str] = set()
+    if siteinfo is not None:
+        for child in siteinfo.iter():
+            name = _local(child.tag)
+            if name == "dbname":
+                dbname = (child.text or "").strip()
+            elif name == "base":
+                base = (child.text or "").strip()
+            elif name == "namespace" and child.get("key") in ("6", "14") and child.text:
+                media.add(child.text.strip().lower())
+    if "/wiki/" in base:
+        url_base = base[: base.index("/wiki/") + len("/wiki/")]
+    else:
+        lang = root.get("{http://www.w3.org/XML/1998/namespace}lang", "en") if root is not None else "en"
+        url_base = f"https://{lang}.wikipedia.org/wiki/"
+    key = dbname or Path(path).name.split(".", 1)[0]
+    return _SiteInfo(key, url_base, media)
+
+
+def _page(page: ET.Element, site: _SiteInfo, keep_headings: bool, drop_disambiguation: bool) -> Document | Reject:
+    """One ``<page>`` element as a Document, or the Reject saying why it is not an article."""
+    fields = {"title": "", "ns": "", "id": "", "redirect": None}
+    revision: ET.Element | None = None
+    for child in page:
+        name = _local(child.tag)
+        if name == "redirect":
+            fields["redirect"] = child.get("title", "")
+        elif name == "revision":
+            revision = child  # pages-meta-history has many: the last is the current one
+        elif name in fields:
+            fields[name] = (child.text or "").strip()
+    title, page_id = fields["title"], fields["id"]
+    doc_id = make_id(SOURCE, f"{site.key}:{page_id}")
+    wikitext, meta = _revision(revision)
+    meta["page_id"] = page_id
+    if fields["ns"] != "0":
+        return Reject(doc_id, SOURCE, "namespace", f"ns={fields['ns']}", title)
+    if fields["redirect"] is not None or wikitext.lstrip()[:9].upper() == "#REDIRECT":
+        return Reject(doc_id, SOURCE, "redirect", fields["redirect"] or "", title)
+    if drop_disambiguation and (_DISAMBIGUATION.search(wikitext) or title.endswith("(disambiguation)")):
+        return Reject(doc_id, SOURCE, "disambiguation", "", title)
+    try:
+        text = wikitext_to_text(wikitext, keep_headings=keep_headings, media_prefixes=site.media_prefixes)
+    except Exception as error:  # noqa: BLE001 - one bad page must never stop a dump
+        return Reject(doc_id, SOURCE, "parse_error", " ".join(f"{type(error).__name__}: {error}".split()), title)
+    if not text.strip():
+        return Reject(doc_id, SOURCE, "empty", "no text after markup removal", title)
+    url = site.url_base + title.replace(" ", "_")
+    return Document(doc_id, SOURCE, title, text, url, meta)
+
+
+def _revision(revision: ET.Element | None) -> tuple[str, dict[str, str]]:
+    meta: dict[str, str] = {}
+    wikitext = ""
+    if revision is not None:
+        for child in revision:
+            name = _local(child.tag)
+            if name == "id":
+                meta["revision_id"] = (child.text or "").strip()
+            elif name == "timestamp":
+                meta["timestamp"] = (child.text or "").strip()
+            elif name == "text":
+                wikitext = child.text or ""
+    return wikitext, meta
+
+
+def _page_id_and_title(page: bytes) -> tuple[str, str]:
+    id_match = _PAGE_ID.search(page)
+    title_match = _TITLE.search(page)
+    page_id = id_match.group(1).decode() if id_match else ""
+    title = html.unescape(title_match.group(1).decode("utf-8")) if title_match else ""
+    return page_id, title
+
+
+def _is_bz2(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(3) == b"BZh"
+
+
+def _find_index(path: Path) -> Path | None:
+    """The index the dumps publish beside a multistream file: ``X-multistream-index.txt.bz2``
+    for ``X-multistream.xml.bz2`` (also ``X.xml.bz2`` -> ``X-index.txt.bz2``)."""
+    name = path.name
+    for suffix in (".xml.bz2", ".bz2"):
+        if name.endswith(suffix):
+            candidate = path.with_name(name[: -len(suffix)] + "-index.txt.bz2")
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def _local(tag: str) -> str:
+    return tag.rpartition("}")[2]
