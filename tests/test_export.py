@@ -1,0 +1,97 @@
+"""HF export: transformers loads the exported directory and computes the same logits as our model."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from shard_factory import bert_tokenizer_json, gpt_tokenizer_json, random_bert_columns, random_gpt_columns, write_shards
+from transformers import AutoTokenizer, BertForPreTraining, GPT2LMHeadModel
+
+from corpusforge.config import TrainConfig
+from trainer.checkpoint import load_weights, read_state, resolve_checkpoint
+from trainer.data import ShardStream, to_model_inputs
+from trainer.export import export_hf
+from trainer.loop import train
+from trainer.models import ModelConfig, build_model, gpt_inputs
+
+
+def trained_checkpoint(shards: Path, run_dir: Path, model: str) -> Path:
+    """A few real optimizer steps, so no weight is still at its initial value (biases, LayerNorms)."""
+    cfg = TrainConfig(model=model, steps=3, batch_size=8, lr=1e-3, num_workers=0, log_every=1, seed=3)
+    train(cfg, shards, run_dir, progress=False)
+    return resolve_checkpoint(run_dir)
+
+
+def ours(checkpoint: Path) -> torch.nn.Module:
+    model = build_model(ModelConfig(**read_state(checkpoint)["model_config"]))
+    load_weights(checkpoint, model)
+    return model.eval()
+
+
+def first_batch(shards: Path) -> dict[str, torch.Tensor]:
+    stream = ShardStream(shards, 8, shuffle=False)
+    return to_model_inputs(next(iter(stream)), "cpu", stream.task)
+
+
+@pytest.fixture(scope="module")
+def bert_shards(tmp_path_factory, shared_data) -> Path:
+    directory = tmp_path_factory.mktemp("bert-shards")
+    tokenizer = bert_tokenizer_json(shared_data / "vocab" / "bert-base-uncased" / "vocab.txt", directory)
+    return write_shards(directory, random_bert_columns(64, max_seq_length=64, max_predictions=10), [64], tokenizer_json=tokenizer)
+
+
+@pytest.fixture(scope="module")
+def gpt_shards(tmp_path_factory, shared_data) -> Path:
+    directory = tmp_path_factory.mktemp("gpt-shards")
+    vocab = shared_data / "vocab" / "gpt2"
+    tokenizer = gpt_tokenizer_json(vocab / "vocab.json", vocab / "merges.txt", directory)
+    return write_shards(directory, random_gpt_columns(64, seq_len=48), [64], task="gpt", tokenizer_json=tokenizer)
+
+
+def test_bert_export_logits_match_transformers(bert_shards, tmp_path):
+    ckpt = trained_checkpoint(bert_shards, tmp_path / "run", "bert-tiny")
+    out = export_hf(ckpt, tmp_path / "hf")
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= {p.name for p in out.iterdir()}
+
+    batch = first_batch(bert_shards)
+    hf = BertForPreTraining.from_pretrained(out, attn_implementation="eager").eval()
+    with torch.no_grad():
+        mine = ours(ckpt)(**batch)
+        theirs = hf(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"].long(),
+            token_type_ids=batch["token_type_ids"],
+        )
+    index = batch["masked_lm_positions"].unsqueeze(-1).expand(-1, -1, theirs.prediction_logits.size(-1))
+    their_mlm = torch.gather(theirs.prediction_logits, 1, index)
+    vocab = their_mlm.size(-1)
+    assert vocab == 30522 and mine["mlm_logits"].size(-1) == 30528  # padded to a multiple of 64 in training only
+    assert (mine["mlm_logits"][..., :vocab] - their_mlm).abs().max().item() < 1e-4
+    assert (mine["nsp_logits"] - theirs.seq_relationship_logits).abs().max().item() < 1e-4
+    # the tokenizer files come along and encode with the training vocabulary
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert tokenizer.mask_token == "[MASK]" and tokenizer.convert_tokens_to_ids("[MASK]") == 103
+    assert tokenizer("the cat")["input_ids"] == [101, 1996, 4937, 102]
+
+
+def test_gpt_export_logits_match_transformers(gpt_shards, tmp_path):
+    ckpt = trained_checkpoint(gpt_shards, tmp_path / "run", "gpt-tiny")
+    out = export_hf(ckpt, tmp_path / "hf")
+    batch = first_batch(gpt_shards)
+    idx = gpt_inputs(batch["input_ids"], batch["length"])["idx"]
+    hf = GPT2LMHeadModel.from_pretrained(out, attn_implementation="eager").eval()
+    with torch.no_grad():
+        mine = ours(ckpt)(idx)["logits"]
+        theirs = hf(input_ids=idx).logits
+    assert theirs.shape == (8, 48, 50257) and mine.shape == (8, 48, 50304)
+    assert (mine[..., :50257] - theirs).abs().max().item() < 1e-4
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert tokenizer.eos_token == "<|endoftext|>" and tokenizer("Hello world")["input_ids"] == [15496, 995]
+
+
+def test_pre_ln_bert_refuses_export(bert_shards, tmp_path):
+    cfg = TrainConfig(model="bert-tiny", steps=1, batch_size=8, num_workers=0, pre_ln=True)
+    train(cfg, bert_shards, tmp_path / "run", progress=False)
+    with pytest.raises(ValueError, match="pre-LN"):
+        export_hf(tmp_path / "run", tmp_path / "hf")

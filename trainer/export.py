@@ -1,0 +1,152 @@
+"""Export a checkpoint as a transformers directory (BertForPreTraining / GPT2LMHeadModel).
+
+Our parameter names are nanoGPT's, so the mapping is a rename, a split of the fused query/key/value
+projection (BERT) or a transpose into GPT-2's Conv1D [in, out] layout, and a slice of the embedding
+back to the tokenizer's real vocabulary (training pads it to a multiple of 64). Tied decoder weights
+are left out: transformers ties them to the input embedding on load.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
+from transformers import BertConfig, GPT2Config, PreTrainedTokenizerFast
+
+from trainer.checkpoint import WEIGHTS_NAME, read_state, resolve_checkpoint
+from trainer.models import ModelConfig
+
+BERT_TOKENS = {"pad": "pad_token", "unk": "unk_token", "cls": "cls_token", "sep": "sep_token", "mask": "mask_token"}
+
+
+def bert_to_hf(w: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    V = cfg.real_vocab_size
+    out = {
+        "bert.embeddings.word_embeddings.weight": w["wte.weight"][:V],
+        "bert.embeddings.position_embeddings.weight": w["wpe.weight"],
+        "bert.embeddings.token_type_embeddings.weight": w["wtt.weight"],
+        "bert.embeddings.LayerNorm.weight": w["ln_emb.weight"],
+        "bert.embeddings.LayerNorm.bias": w["ln_emb.bias"],
+        "bert.pooler.dense.weight": w["pooler.weight"],
+        "bert.pooler.dense.bias": w["pooler.bias"],
+        "cls.predictions.transform.dense.weight": w["mlm_dense.weight"],
+        "cls.predictions.transform.dense.bias": w["mlm_dense.bias"],
+        "cls.predictions.transform.LayerNorm.weight": w["mlm_ln.weight"],
+        "cls.predictions.transform.LayerNorm.bias": w["mlm_ln.bias"],
+        "cls.predictions.bias": w["mlm_bias"][:V],
+        "cls.seq_relationship.weight": w["nsp.weight"],
+        "cls.seq_relationship.bias": w["nsp.bias"],
+    }
+    for i in range(cfg.n_layer):
+        ours, theirs = f"h.{i}.", f"bert.encoder.layer.{i}."
+        for kind in ("weight", "bias"):
+            q, k, v = w[f"{ours}attn.c_attn.{kind}"].chunk(3, dim=0)
+            out[f"{theirs}attention.self.query.{kind}"] = q
+            out[f"{theirs}attention.self.key.{kind}"] = k
+            out[f"{theirs}attention.self.value.{kind}"] = v
+            out[f"{theirs}attention.output.dense.{kind}"] = w[f"{ours}attn.c_proj.{kind}"]
+            out[f"{theirs}attention.output.LayerNorm.{kind}"] = w[f"{ours}ln_1.{kind}"]
+            out[f"{theirs}intermediate.dense.{kind}"] = w[f"{ours}mlp.c_fc.{kind}"]
+            out[f"{theirs}output.dense.{kind}"] = w[f"{ours}mlp.c_proj.{kind}"]
+            out[f"{theirs}output.LayerNorm.{kind}"] = w[f"{ours}ln_2.{kind}"]
+    return out
+
+
+def gpt_to_hf(w: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    out = {
+        "transformer.wte.weight": w["wte.weight"][: cfg.real_vocab_size],
+        "transformer.wpe.weight": w["wpe.weight"],
+        "transformer.ln_f.weight": w["ln_f.weight"],
+        "transformer.ln_f.bias": w["ln_f.bias"],
+    }
+    for i in range(cfg.n_layer):
+        prefix = f"h.{i}."
+        for name in ("ln_1", "ln_2"):
+            for kind in ("weight", "bias"):
+                out[f"transformer.{prefix}{name}.{kind}"] = w[f"{prefix}{name}.{kind}"]
+        for name in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
+            out[f"transformer.{prefix}{name}.weight"] = w[f"{prefix}{name}.weight"].t()  # Conv1D is [in, out]
+            out[f"transformer.{prefix}{name}.bias"] = w[f"{prefix}{name}.bias"]
+    return out
+
+
+def hf_config(cfg: ModelConfig, special_ids: dict[str, int]) -> BertConfig | GPT2Config:
+    if cfg.family == "bert":
+        return BertConfig(
+            vocab_size=cfg.real_vocab_size,
+            hidden_size=cfg.n_embd,
+            num_hidden_layers=cfg.n_layer,
+            num_attention_heads=cfg.n_head,
+            intermediate_size=4 * cfg.n_embd,
+            hidden_act="gelu",
+            hidden_dropout_prob=cfg.dropout,
+            attention_probs_dropout_prob=cfg.dropout,
+            max_position_embeddings=cfg.max_positions,
+            type_vocab_size=cfg.type_vocab_size,
+            layer_norm_eps=cfg.ln_eps,
+            pad_token_id=special_ids.get("pad", 0),
+            tie_word_embeddings=True,
+            architectures=["BertForPreTraining"],
+        )
+    eot = special_ids.get("eot", cfg.real_vocab_size - 1)
+    return GPT2Config(
+        vocab_size=cfg.real_vocab_size,
+        n_positions=cfg.max_positions,
+        n_embd=cfg.n_embd,
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        activation_function="gelu_new",
+        layer_norm_epsilon=cfg.ln_eps,
+        resid_pdrop=cfg.dropout,
+        embd_pdrop=cfg.dropout,
+        attn_pdrop=cfg.dropout,
+        bos_token_id=eot,
+        eos_token_id=eot,
+        tie_word_embeddings=True,
+        architectures=["GPT2LMHeadModel"],
+    )
+
+
+def save_tokenizer(vocab: dict, family: str, out_dir: Path) -> None:
+    """The shards' tokenizer.json wrapped as a transformers fast tokenizer (tokenizer_config.json names the specials)."""
+    path = Path(vocab["path"])
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: tokenizer file of the training shards not found")
+    tokenizer = Tokenizer.from_file(str(path))
+    special = vocab["special_ids"]
+    if family == "bert":
+        names = {BERT_TOKENS[k]: tokenizer.id_to_token(i) for k, i in special.items() if k in BERT_TOKENS}
+    else:
+        eot = tokenizer.id_to_token(special["eot"])
+        names = {"bos_token": eot, "eos_token": eot, "unk_token": eot}
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, **names).save_pretrained(str(out_dir))
+
+
+def export_hf(checkpoint: Path, out_dir: Path) -> Path:
+    """Write ``out_dir`` (config.json, model.safetensors, tokenizer files) atomically."""
+    ckpt = resolve_checkpoint(checkpoint)
+    state = read_state(ckpt)
+    cfg = ModelConfig(**state["model_config"])
+    if cfg.pre_ln:
+        raise ValueError(f"{ckpt}: a pre-LN BERT has no transformers counterpart; train with pre_ln=false to export")
+    weights = load_file(str(ckpt / WEIGHTS_NAME))
+    tensors = bert_to_hf(weights, cfg) if cfg.family == "bert" else gpt_to_hf(weights, cfg)
+    tensors = {name: t.contiguous().clone() for name, t in tensors.items()}
+
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.with_name(f"{out_dir.name}.tmp-{uuid.uuid4().hex}")
+    tmp.mkdir()
+    save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    hf_config(cfg, state["vocab"]["special_ids"]).save_pretrained(str(tmp))
+    save_tokenizer(state["vocab"], cfg.family, tmp)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+    return out_dir

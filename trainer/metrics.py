@@ -1,0 +1,112 @@
+"""Training metrics: accuracy counters, throughput and MFU, TensorBoard + JSON-lines logs, curve plots.
+
+Model FLOPs per token follow PaLM (appendix B) as nanoGPT does: 6N for the weights' forward and
+backward plus 12 * layers * width * sequence for attention scores. For BERT this slightly overstates
+the MLM decoder, which only runs on the masked positions.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# Dense bf16 peak, TFLOP/s, by substring of torch.cuda.get_device_name().
+PEAK_BF16_TFLOPS: dict[str, float] = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0}
+
+
+def flops_per_token(n_params: int, n_layer: int, n_embd: int, seq_len: int) -> float:
+    return 6.0 * n_params + 12.0 * n_layer * n_embd * seq_len
+
+
+def device_peak_flops(device: torch.device) -> float | None:
+    """bf16 peak in FLOP/s for a known GPU; None on CPU or an unknown device (then MFU is not reported)."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key, tflops in PEAK_BF16_TFLOPS.items():
+        if key in name:
+            return tflops * 1e12
+    return None
+
+
+def bert_counts(out: dict[str, torch.Tensor], batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """[mlm correct (weighted), mlm weight, nsp correct, nsp examples]; summed on device, read once per log."""
+    with torch.no_grad():
+        w = batch["masked_lm_weights"]
+        mlm_hit = (out["mlm_logits"].argmax(-1) == batch["masked_lm_ids"]).float()
+        nsp_hit = (out["nsp_logits"].argmax(-1) == batch["next_sentence_label"]).float()
+        return torch.stack([(mlm_hit * w).sum(), w.sum(), nsp_hit.sum(), torch.tensor(float(nsp_hit.numel()), device=w.device)])
+
+
+def gpt_counts(out: dict[str, torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+    """[next-token correct, predicted tokens]."""
+    with torch.no_grad():
+        valid = targets != -100
+        hit = (out["logits"].argmax(-1) == targets) & valid
+        return torch.stack([hit.sum().float(), valid.sum().float()])
+
+
+class MetricsLog:
+    """One record per log interval to ``metrics.jsonl`` and TensorBoard (rank 0 only)."""
+
+    def __init__(self, run_dir: Path, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.writer = None
+        if enabled:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.writer = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
+
+    def log(self, step: int, record: dict[str, Any], prefix: str = "train") -> None:
+        if not self.enabled:
+            return
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"step": step, "split": prefix, **record}) + "\n")
+        for key, value in record.items():
+            if isinstance(value, (int, float)):
+                self.writer.add_scalar(f"{prefix}/{key}", value, step)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def read_log(path: Path) -> list[dict[str, Any]]:
+    if not Path(path).is_file():
+        return []
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def plot_curves(metrics_path: Path, png_path: Path) -> Path:
+    """Loss and accuracy against step, one panel each, from the JSON-lines log."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [r for r in read_log(metrics_path) if r.get("split") == "train"]
+    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    for key in ("loss", "mlm_loss", "nsp_loss"):
+        points = [(r["step"], r[key]) for r in records if key in r]
+        if points:
+            loss_ax.plot(*zip(*points), label=key)
+    for key in ("mlm_accuracy", "nsp_accuracy", "accuracy"):
+        points = [(r["step"], r[key]) for r in records if key in r]
+        if points:
+            acc_ax.plot(*zip(*points), label=key)
+    loss_ax.set(xlabel="step", ylabel="loss", title="training loss")
+    acc_ax.set(xlabel="step", ylabel="accuracy", title="training accuracy", ylim=(0, 1))
+    for ax in (loss_ax, acc_ax):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    png_path = Path(png_path)
+    tmp = png_path.with_name(f"{png_path.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(png_path)
+    return png_path
