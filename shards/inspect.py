@@ -1,0 +1,176 @@
+"""Summarise a shard directory (what a person checks before training on it) and show single examples.
+
+Statistics come from the first ``sample`` examples in file order (200k by default) so that a
+multi-gigabyte directory is summarised in seconds; the summary says when it sampled.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from tokenizers import Tokenizer
+
+from shards.reader import Manifest, column_view, open_shard, read_manifest
+
+SAMPLE = 200_000
+HISTOGRAM_PNG = "length_histogram.png"
+HISTOGRAM_BINS = 16
+
+
+def summarize(directory: Path, *, sample: int = SAMPLE) -> dict[str, Any]:
+    manifest = read_manifest(Path(directory))
+    columns = _sampled_columns(manifest, sample)
+    lengths = columns["length"].astype(np.int64)
+    width = manifest.arrow_schema().field("input_ids").type.list_size
+    counts, edges = np.histogram(lengths, bins=HISTOGRAM_BINS, range=(0, width))
+    summary: dict[str, Any] = {
+        "task": manifest.task,
+        "shards": len(manifest.shards),
+        "examples": manifest.examples,
+        "tokens": manifest.tokens,
+        "sampled_examples": len(lengths),
+        "sampled": len(lengths) < manifest.examples,
+        "sequence_length": width,
+        "mean_length": _ratio(lengths.sum(), len(lengths)),
+        "padding_fraction": _ratio(len(lengths) * width - lengths.sum(), len(lengths) * width),
+        "length_histogram": {"edges": edges.tolist(), "counts": counts.tolist()},
+        "vocab": manifest.vocab.model_dump(include={"kind", "path", "size", "sha256"}),
+    }
+    if manifest.task == "bert":
+        summary.update(_bert_figures(columns, lengths, manifest.vocab.special_ids["mask"]))
+    else:
+        summary.update({"windows": manifest.examples, "partial_windows": int((lengths < width).sum())})
+    return summary
+
+
+def _sampled_columns(manifest: Manifest, sample: int) -> dict[str, np.ndarray]:
+    """The first ``sample`` examples' columns, read shard by shard (views where possible)."""
+    parts: dict[str, list[np.ndarray]] = {}
+    remaining = sample
+    for entry in manifest.shards:
+        if remaining <= 0:
+            break
+        table = open_shard(manifest.shard_path(entry), expected=entry).slice(0, remaining)
+        for name in table.column_names:
+            parts.setdefault(name, []).append(column_view(table, name))
+        remaining -= table.num_rows
+    return {name: np.concatenate(arrays) for name, arrays in parts.items()}
+
+
+def _bert_figures(columns: dict[str, np.ndarray], lengths: np.ndarray, mask_id: int) -> dict[str, Any]:
+    """Masking figures as create_pretraining_data.py intends: 80% [MASK], 10% random, 10% unchanged."""
+    real = columns["masked_lm_weights"] > 0
+    positions = columns["masked_lm_positions"].astype(np.int64)
+    shown = np.take_along_axis(columns["input_ids"], positions, axis=1)[real]
+    original = columns["masked_lm_ids"][real]
+    predictions = int(real.sum())
+    labels = columns["next_sentence_label"]
+    return {
+        "predictions": predictions,
+        "predictions_per_example": _ratio(predictions, len(lengths)),
+        "masked_fraction": _ratio(predictions, lengths.sum()),
+        "mask_token_fraction": _ratio((shown == mask_id).sum(), predictions),
+        "random_token_fraction": _ratio(((shown != mask_id) & (shown != original)).sum(), predictions),
+        "unchanged_fraction": _ratio(((shown != mask_id) & (shown == original)).sum(), predictions),
+        "nsp_random_next_fraction": _ratio((labels == 1).sum(), len(labels)),
+    }
+
+
+def _ratio(part: Any, whole: Any) -> float:
+    return float(part) / float(whole) if whole else 0.0
+
+
+def render_summary(summary: dict[str, Any], console: Console) -> None:
+    table = Table(title=f"{summary['task'].upper()} shards", show_header=False)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    rows = [("shards", f"{summary['shards']:,}"), ("examples" if summary["task"] == "bert" else "windows", f"{summary['examples']:,}"), ("tokens", f"{summary['tokens']:,}")]
+    rows += [("sequence length", str(summary["sequence_length"])), ("mean length", f"{summary['mean_length']:.1f}"), ("padding", f"{summary['padding_fraction']:.2%}")]
+    if summary["task"] == "bert":
+        rows += [
+            ("predictions / example", f"{summary['predictions_per_example']:.2f}"),
+            ("masked (of real tokens)", f"{summary['masked_fraction']:.2%}"),
+            ("  -> [MASK]", f"{summary['mask_token_fraction']:.2%}"),
+            ("  -> random token", f"{summary['random_token_fraction']:.2%}"),
+            ("  -> unchanged", f"{summary['unchanged_fraction']:.2%}"),
+            ("NSP random next", f"{summary['nsp_random_next_fraction']:.2%}"),
+        ]
+    else:
+        rows.append(("partial windows", f"{summary['partial_windows']:,}"))
+    vocab = summary["vocab"]
+    rows.append(("vocabulary", f"{vocab['kind']} {vocab['size']:,} sha256 {vocab['sha256'][:16] or '-'}"))
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+    if summary["sampled"]:
+        console.print(f"statistics from the first {summary['sampled_examples']:,} of {summary['examples']:,} examples (sampled)")
+    console.print(length_histogram_text(summary["length_histogram"]))
+
+
+def length_histogram_text(histogram: dict[str, list], width: int = 40) -> str:
+    counts, edges = histogram["counts"], histogram["edges"]
+    peak = max(counts) or 1
+    lines = ["sequence lengths"]
+    for count, low, high in zip(counts, edges, edges[1:]):
+        lines.append(f"{low:6.0f}-{high:<6.0f} {'#' * round(width * count / peak):<{width}} {count:,}")
+    return "\n".join(lines)
+
+
+def write_length_histogram(directory: Path, histogram: dict[str, list]) -> Path:
+    """Plot the length histogram as a PNG beside the manifest (written atomically)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    edges = histogram["edges"]
+    figure, axes = plt.subplots(figsize=(6, 3.5))
+    axes.stairs(histogram["counts"], edges, fill=True)
+    axes.set_xlabel("sequence length (tokens)")
+    axes.set_ylabel("examples")
+    figure.tight_layout()
+    path = Path(directory) / HISTOGRAM_PNG
+    tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
+    figure.savefig(tmp, format="png", dpi=100)
+    plt.close(figure)
+    os.replace(tmp, path)
+    return path
+
+
+def show_example(directory: Path, index: int, console: Console) -> None:
+    """Print example ``index`` (file order) decoded, masked positions highlighted with their originals."""
+    manifest = read_manifest(Path(directory))
+    if not 0 <= index < manifest.examples:
+        raise IndexError(f"example {index} out of range: the directory holds {manifest.examples}")
+    offset = 0
+    for entry in manifest.shards:
+        if index < offset + entry.examples:
+            row = open_shard(manifest.shard_path(entry), expected=entry).slice(index - offset, 1).to_pylist()[0]
+            break
+        offset += entry.examples
+    tokenizer = Tokenizer.from_file(str(manifest.vocab_path()))
+    console.print(f"example {index} ({entry.file}, row {index - offset})")
+    ids = row["input_ids"][: row["length"]]
+    if manifest.task == "gpt":
+        console.print(Text(tokenizer.decode(ids, skip_special_tokens=False)))
+        console.print(f"length {row['length']}" + (" (partial window)" if row["length"] < len(row["input_ids"]) else ""))
+        return
+    originals = {p: t for p, t, w in zip(row["masked_lm_positions"], row["masked_lm_ids"], row["masked_lm_weights"]) if w > 0}
+    text = Text()
+    for position, token_id in enumerate(ids):
+        token = tokenizer.id_to_token(token_id) or f"<{token_id}>"
+        if position in originals:
+            text.append(token, style="bold red")
+            text.append(f"({tokenizer.id_to_token(originals[position])})", style="green")
+        else:
+            text.append(token, style="cyan" if position < row["a_length"] else "")
+        text.append(" ")
+    console.print(text)
+    nsp = "random next" if row["next_sentence_label"] == 1 else "actual next"
+    console.print(f"length {row['length']}, segment A {row['a_length']} tokens, {len(originals)} predictions, NSP: {nsp}")

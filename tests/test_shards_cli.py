@@ -1,0 +1,158 @@
+"""The shards sub-app: inspect figures on shards with known masks, --show decoding, verify exit codes."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from shard_factory import bert_tokenizer_json, gpt_tokenizer_json, random_bert_columns, random_gpt_columns, write_shards
+from tokenizers import Tokenizer
+from typer.testing import CliRunner
+
+from shards.cli import app
+
+runner = CliRunner()
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "home", "quickly"]
+
+
+def known_bert_columns(tokenizer: Tokenizer) -> dict[str, np.ndarray]:
+    """10 examples, lengths 16 x5 and 8 x5, 2 predictions each: 16 [MASK], 2 random, 2 unchanged; NSP 3/10."""
+    word = [tokenizer.token_to_id(w) for w in WORDS]
+    count, L, P = 10, 16, 4
+    length = np.array([16] * 5 + [8] * 5)
+    input_ids = np.zeros((count, L), dtype=np.int64)
+    for i in range(count):
+        body = [word[(i + j) % len(word)] for j in range(length[i])]
+        input_ids[i, : length[i]] = body
+        input_ids[i, 0], input_ids[i, 4], input_ids[i, length[i] - 1] = 101, 102, 102
+    positions = np.zeros((count, P), dtype=np.int64)
+    positions[:, :2] = [1, 2]
+    masked_ids = np.zeros((count, P), dtype=np.int64)
+    masked_ids[:, :2] = input_ids[:, 1:3]
+    input_ids[:8, 1:3] = 103
+    input_ids[8:, 1] = word[4]  # a random replacement: "a" is not the original ("home", "quickly")
+    return {
+        "input_ids": input_ids.astype(np.uint16),
+        "length": length.astype(np.uint16),
+        "a_length": np.full(count, 5, dtype=np.uint16),
+        "masked_lm_positions": positions.astype(np.uint16),
+        "masked_lm_ids": masked_ids.astype(np.uint16),
+        "masked_lm_weights": (np.arange(P)[None, :] < 2).repeat(count, axis=0).astype(np.float32),
+        "next_sentence_label": np.array([1, 0, 0, 1, 0, 0, 1, 0, 0, 0], dtype=np.int8),
+    }
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory, shared_data) -> Path:
+    directory = tmp_path_factory.mktemp("known")
+    tokenizer_json = bert_tokenizer_json(shared_data / "vocab" / "bert-base-uncased" / "vocab.txt", directory)
+    columns = known_bert_columns(Tokenizer.from_file(str(tokenizer_json)))
+    return write_shards(directory, columns, [6, 4], tokenizer_json=tokenizer_json)
+
+
+@pytest.fixture
+def scratch(bert_dir, tmp_path) -> Path:
+    return Path(shutil.copytree(bert_dir, tmp_path / "copy"))
+
+
+def test_inspect_json_figures_on_known_masks(bert_dir):
+    result = runner.invoke(app, ["inspect", str(bert_dir), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["shards"], summary["examples"], summary["tokens"], summary["sampled"]) == (2, 10, 120, False)
+    assert summary["padding_fraction"] == pytest.approx(40 / 160)
+    assert summary["predictions"] == 20 and summary["masked_fraction"] == pytest.approx(20 / 120)
+    assert summary["mask_token_fraction"] == pytest.approx(16 / 20)
+    assert summary["random_token_fraction"] == pytest.approx(2 / 20)
+    assert summary["unchanged_fraction"] == pytest.approx(2 / 20)
+    assert summary["nsp_random_next_fraction"] == pytest.approx(0.3)
+    counts = summary["length_histogram"]["counts"]
+    assert counts[8] == 5 and counts[15] == 5 and sum(counts) == 10
+    png = bert_dir / "length_histogram.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(bert_dir.glob("*.tmp-*"))
+
+
+def test_inspect_sampling_is_announced(bert_dir):
+    result = runner.invoke(app, ["inspect", str(bert_dir), "--sample", "7"])
+    assert result.exit_code == 0, result.output
+    assert "first 7 of 10 examples (sampled)" in result.output
+    assert "100.00%" in result.output  # the first 7 examples only have [MASK] predictions
+
+
+def test_inspect_table_and_show_decodes_tokens(bert_dir):
+    result = runner.invoke(app, ["inspect", str(bert_dir), "--show", "0"])
+    assert result.exit_code == 0, result.output
+    assert "80.00%" in result.output and "NSP random next" in result.output
+    assert "[CLS] [MASK](cat) [MASK](sat) on [SEP] mat and" in result.output
+    assert "2 predictions, NSP: random next" in result.output
+    shown = runner.invoke(app, ["inspect", str(bert_dir), "--show", "8"])
+    assert "[CLS] a(home) quickly(quickly) the [SEP]" in shown.output  # random and unchanged predictions
+
+
+def test_inspect_show_out_of_range_fails(bert_dir):
+    result = runner.invoke(app, ["inspect", str(bert_dir), "--show", "10"])
+    assert result.exit_code == 1 and "out of range" in result.output
+
+
+def test_inspect_gpt_windows(tmp_path, shared_data):
+    vocab = shared_data / "vocab" / "gpt2"
+    tokenizer_json = gpt_tokenizer_json(vocab / "vocab.json", vocab / "merges.txt", tmp_path)
+    ids = Tokenizer.from_file(str(tokenizer_json)).encode(" Hello world, this is a shard of text." * 20).ids
+    columns = random_gpt_columns(12, seq_len=16)
+    columns["input_ids"][:-1] = np.array(ids[: 11 * 17]).reshape(11, 17)
+    write_shards(tmp_path, columns, [12], task="gpt", tokenizer_json=tokenizer_json)
+    summary = json.loads(runner.invoke(app, ["inspect", str(tmp_path), "--json"]).stdout)
+    assert (summary["windows"], summary["partial_windows"], summary["tokens"]) == (12, 1, 11 * 17 + 17 // 3)
+    shown = runner.invoke(app, ["inspect", str(tmp_path), "--show", "0"])
+    assert " Hello world, this is a shard" in shown.output
+
+
+def test_verify_accepts_a_sound_directory(bert_dir):
+    result = runner.invoke(app, ["verify", str(bert_dir)])
+    assert result.exit_code == 0 and "OK" in result.output
+
+
+def test_verify_reports_a_corrupted_shard(scratch):
+    shard = scratch / "shard-00001-of-00002.arrow"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    result = runner.invoke(app, ["verify", str(scratch)])
+    assert result.exit_code == 1
+    assert f"{shard}: sha256 mismatch" in result.output
+
+
+def test_verify_reports_missing_stray_and_miscounted_files(scratch):
+    (scratch / "shard-00000-of-00002.arrow").unlink()
+    (scratch / "shard-00002-of-00002.arrow.tmp-0a1b").write_bytes(b"half written")
+    manifest = json.loads((scratch / "manifest.json").read_text())
+    manifest["shards"][1]["tokens"] += 1
+    manifest["totals"]["examples"] = 11
+    (scratch / "manifest.json").write_text(json.dumps(manifest))
+    result = runner.invoke(app, ["verify", str(scratch)])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert any("shard-00000-of-00002.arrow: shard file missing" in line for line in lines)
+    assert any(".tmp-0a1b: not in the manifest" in line for line in lines)
+    assert any("shard-00001-of-00002.arrow: 32 tokens, manifest says 33" in line for line in lines)
+    assert any("totals.examples is 11, shards add up to 10" in line for line in lines)
+
+
+def test_verify_reports_bad_values_and_vocabulary(scratch, tmp_path):
+    columns = random_bert_columns(20, max_seq_length=32, max_predictions=5)
+    columns["masked_lm_positions"][3, 0] = 31
+    columns["length"][3] = 20
+    broken = write_shards(tmp_path / "values", columns, [20], tokenizer_json=scratch / "tokenizer.json")
+    result = runner.invoke(app, ["verify", str(broken)])
+    assert result.exit_code == 1 and "masked_lm_position past the example's length" in result.output
+    (scratch / "tokenizer.json").write_text("{}")
+    result = runner.invoke(app, ["verify", str(scratch)])
+    assert result.exit_code == 1 and "vocabulary sha256 differs" in result.output
+
+
+def test_verify_reports_a_missing_manifest(tmp_path):
+    result = runner.invoke(app, ["verify", str(tmp_path)])
+    assert result.exit_code == 1 and "manifest.json: manifest missing" in result.output
