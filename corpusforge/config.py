@@ -101,12 +101,14 @@ class BertConfig(Section):
 class GptConfig(Section):
     seq_len: int = 1024
     keep_tail: bool = True  # final partial window padded and flagged, else dropped (and counted)
+    docs_per_bucket: int = 4096  # documents per token stream; each bucket has its own tail (pipeline.gpt_examples)
 
 
 class ShardsConfig(Section):
     target_bytes: int = 256 * 1024 * 1024
     max_examples: int | None = None
     compression: Literal["none", "lz4", "zstd"] = "none"
+    sort_bucket_bytes: int = 64 * 1024 * 1024  # examples per global-shuffle bucket, sorted in one worker's memory
 
 
 class TrainConfig(Section):

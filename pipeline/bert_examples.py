@@ -1,0 +1,383 @@
+"""BERT pre-training examples with google-research/bert ``create_pretraining_data.py`` semantics.
+
+Each example is ``[CLS] A [SEP] B [SEP]``: A packs 1..n-1 whole sentences toward a target length
+(``max_seq_length - 3``, or with ``short_seq_prob`` a random length in [2, max]); B is the actual
+continuation, or with ``random_next_prob`` a run of sentences from a random *other* document;
+``truncate_seq_pair`` then trims the longer side one token at a time from the front or back at
+random, and ``masked_lm_prob`` of the tokens (at least 1, at most ``max_predictions_per_seq``) are
+predicted: 80% become [MASK], 10% a random token, 10% stay unchanged.
+
+Fixes to the reference, all deliberate:
+
+* The random B always comes from a different document, drawn uniformly from the whole corpus
+  rather than from one worker's partition. With Beam this is done by bucketing: for dupe index
+  ``d`` every document goes to bucket ``stable_hash(seed, d, doc_id) % num_buckets`` with
+  ``num_buckets = max(1, n_docs // partner_bucket_size)``. A bucket is then a uniform random sample
+  of the corpus, different for every ``d``, and each document draws its random-next partners among
+  the other documents of its bucket. A bucket with a single document (a one-document corpus) has no
+  partner: its chunks become actual-next pairs, and single-sentence chunks are counted in
+  ``no_partner`` and skipped.
+* The short target length is drawn again for every example (the reference draws it once per
+  document, so whole books were either all short or never short).
+* Whole-word masking picks words, and makes the 80/10/10 choice once per word, never splitting a
+  word across [SEP].
+* The random replacement token is never a special or ``[unused]`` token.
+* Empty sentences are dropped at tokenization, so A and B always hold at least one real token.
+
+Every random choice comes from ``rng_for(seed, doc_id, dupe)``, so the output does not depend on
+runner, worker count or bundle order. The work is numpy over whole documents: one Python step per
+example for the packing decisions, then building, truncating and masking all examples at once.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from bisect import bisect_left
+from collections import Counter
+from dataclasses import dataclass
+from itertools import chain
+from typing import Sequence
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from corpusforge.config import BertConfig
+
+
+def stable_hash(*parts: object) -> int:
+    """64-bit hash of the parts that is identical in every process (Python's ``hash`` is salted)."""
+    data = "\x1f".join(str(part) for part in parts).encode("utf-8")
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+def rng_for(*parts: object) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(stable_hash(*parts)))
+
+
+@dataclass(frozen=True, slots=True)
+class TokenizedDocument:
+    """A document's non-empty sentences as one token array: sentence i is tokens[offsets[i]:offsets[i+1]]."""
+
+    id: str
+    tokens: np.ndarray
+    offsets: np.ndarray  # int64, n_sentences + 1
+
+
+@dataclass(frozen=True)
+class MaskingVocab:
+    """What masking needs to know about the vocabulary, as arrays indexed by token id."""
+
+    size: int
+    pad: int
+    cls: int
+    sep: int
+    mask: int
+    random_ids: np.ndarray  # ids a masked token may be replaced with: no special or [unused] token
+    is_continuation: np.ndarray  # bool per id: a "##" piece continuing the previous word
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Tokenizer) -> MaskingVocab:
+        vocab = tokenizer.get_vocab(with_added_tokens=True)
+        size = max(vocab.values()) + 1
+        specials = {token.content for token in tokenizer.get_added_tokens_decoder().values() if token.special}
+        unused = re.compile(r"^\[unused\d+\]$")
+        tokens = [""] * size
+        for token, index in vocab.items():
+            tokens[index] = token
+        random_ids = [i for i, t in enumerate(tokens) if t and t not in specials and not unused.match(t)]
+        return cls(
+            size=size,
+            pad=vocab["[PAD]"],
+            cls=vocab["[CLS]"],
+            sep=vocab["[SEP]"],
+            mask=vocab["[MASK]"],
+            random_ids=np.asarray(random_ids, dtype=np.int64),
+            is_continuation=np.fromiter((t.startswith("##") for t in tokens), dtype=bool, count=size),
+        )
+
+    @property
+    def id_dtype(self) -> np.dtype:
+        return np.dtype(np.uint16) if self.size <= 65535 else np.dtype(np.int32)
+
+
+def tokenize_documents(tokenizer: Tokenizer, docs: Sequence[tuple[str, Sequence[str]]], dtype: np.dtype) -> tuple[list[TokenizedDocument], Counter]:
+    """Tokenize every sentence of ``docs`` in one ``encode_batch_fast`` call; empty sentences are dropped."""
+    sentences = [sentence for _, doc_sentences in docs for sentence in doc_sentences]
+    ids = [encoding.ids for encoding in tokenizer.encode_batch_fast(sentences, add_special_tokens=False)]
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    flat = np.fromiter(chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum()))
+    bounds = np.concatenate([[0], np.cumsum(lengths)])
+    out: list[TokenizedDocument] = []
+    counters: Counter = Counter()
+    first = 0
+    for doc_id, doc_sentences in docs:
+        last = first + len(doc_sentences)
+        doc_lengths = lengths[first:last]
+        kept = doc_lengths[doc_lengths > 0]
+        counters["empty_sentences"] += len(doc_lengths) - len(kept)
+        if len(kept) == 0:
+            counters["empty_documents"] += 1
+        else:
+            offsets = np.concatenate([[0], np.cumsum(kept)]).astype(np.int64)
+            out.append(TokenizedDocument(doc_id, flat[bounds[first] : bounds[last]], offsets))
+        counters["sentences"] += len(kept)
+        counters["input_tokens"] += int(kept.sum())
+        first = last
+    counters["documents"] += len(docs)
+    return out, counters
+
+
+@dataclass
+class BertExamples:
+    """Examples as columns named like ``shards.format.bert_schema``, plus where A and B came from."""
+
+    input_ids: np.ndarray  # [n, max_seq_length]
+    length: np.ndarray
+    a_length: np.ndarray
+    masked_lm_positions: np.ndarray  # [n, max_predictions_per_seq]
+    masked_lm_ids: np.ndarray
+    masked_lm_weights: np.ndarray
+    next_sentence_label: np.ndarray
+    # Provenance, not written to shards: indices into the bucket's documents and token offsets in them.
+    a_doc: np.ndarray
+    a_start: np.ndarray
+    b_doc: np.ndarray
+    b_start: np.ndarray
+
+    COLUMNS = ("input_ids", "length", "a_length", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights", "next_sentence_label")
+
+    def columns(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in self.COLUMNS}
+
+    def __len__(self) -> int:
+        return len(self.length)
+
+    @classmethod
+    def concatenate(cls, parts: Sequence[BertExamples]) -> BertExamples:
+        names = [f for f in cls.__dataclass_fields__]
+        return cls(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in names})
+
+
+class _Uniforms:
+    """Uniform floats in [0, 1) pulled from a numpy generator in blocks (one scalar call is ~1 us)."""
+
+    def __init__(self, rng: np.random.Generator, block: int = 512) -> None:
+        self._rng, self._block = rng, block
+        self._values: list[float] = []
+        self._next = 0
+
+    def __call__(self) -> float:
+        if self._next == len(self._values):
+            self._values, self._next = self._rng.random(self._block).tolist(), 0
+        self._next += 1
+        return self._values[self._next - 1]
+
+    def randint(self, low: int, high: int) -> int:
+        """Uniform integer in [low, high], like ``random.randint``."""
+        return low + int(self() * (high - low + 1))
+
+
+def create_bucket_examples(
+    docs: Sequence[TokenizedDocument], dupe: int, vocab: MaskingVocab, cfg: BertConfig, seed: int
+) -> tuple[BertExamples, Counter]:
+    """All examples of one (dupe, bucket): each document pairs with random others of the bucket."""
+    if cfg.max_seq_length < 5:
+        raise ValueError(f"max_seq_length {cfg.max_seq_length} leaves no room for [CLS] A [SEP] B [SEP]")
+    docs = sorted(docs, key=lambda d: d.id)  # bucket order never depends on how the runner grouped it
+    tokens = np.concatenate([d.tokens for d in docs]) if docs else np.zeros(0, dtype=vocab.id_dtype)
+    bases = np.concatenate([[0], np.cumsum([len(d.tokens) for d in docs])]).tolist()
+    offsets = [d.offsets.tolist() for d in docs]
+    counters: Counter = Counter()
+    parts = []
+    for index, doc in enumerate(docs):
+        rng = rng_for(seed, doc.id, dupe)
+        spans = _pack_document(index, offsets, bases, cfg, _Uniforms(rng), counters)
+        if spans is not None:
+            parts.append(_build_examples(spans, tokens, vocab, cfg, rng))
+    examples = BertExamples.concatenate(parts) if parts else _empty_examples(vocab, cfg)
+    counters["examples"] += len(examples)
+    counters["random_next"] += int(examples.next_sentence_label.sum())
+    return examples, counters
+
+
+def _pack_document(
+    index: int, offsets: list[list[int]], bases: list[int], cfg: BertConfig, uniform: _Uniforms, counters: Counter
+) -> dict[str, np.ndarray] | None:
+    """The reference's sentence-packing loop, returning token spans instead of token lists."""
+    max_num_tokens = cfg.max_seq_length - 3
+    cum, base, n = offsets[index], bases[index], len(offsets[index]) - 1
+    others = len(offsets) - 1
+    rows: list[tuple[int, int, int, int, int, int]] = []  # a_start, a_len, b_doc, b_start, b_len, random_next
+    i = 0
+    while i < n:
+        target = max_num_tokens
+        if uniform() < cfg.short_seq_prob:
+            target = uniform.randint(2, max_num_tokens)
+            counters["short_targets"] += 1
+        j = min(bisect_left(cum, cum[i] + target) - 1, n - 1)  # chunk = sentences i..j, reaching target
+        chunk = j - i + 1
+        a_end = i + 1 if chunk == 1 else uniform.randint(i + 1, j)
+        random_next = chunk == 1 or uniform() < cfg.random_next_prob
+        if random_next and others == 0:
+            if chunk == 1:
+                counters["no_partner"] += 1
+                i = j + 1
+                continue
+            random_next = False
+            counters["forced_actual_next"] += 1
+        a_start, a_len = base + cum[i], cum[a_end] - cum[i]
+        if random_next:
+            partner = uniform.randint(0, others - 1)
+            partner += partner >= index
+            pcum = offsets[partner]
+            start = uniform.randint(0, len(pcum) - 2)
+            end = min(bisect_left(pcum, pcum[start] + max(1, target - a_len)), len(pcum) - 1)
+            rows.append((a_start, a_len, partner, bases[partner] + pcum[start], pcum[end] - pcum[start], 1))
+            i = a_end  # the reference puts the unused sentences of the chunk back
+        else:
+            rows.append((a_start, a_len, index, base + cum[a_end], cum[j + 1] - cum[a_end], 0))
+            i = j + 1
+    if not rows:
+        return None
+    table = np.asarray(rows, dtype=np.int64)
+    return {
+        "a_doc": np.full(len(rows), index, dtype=np.int64),
+        "a_start": table[:, 0],
+        "a_len": table[:, 1],
+        "b_doc": table[:, 2],
+        "b_start": table[:, 3],
+        "b_len": table[:, 4],
+        "random_next": table[:, 5],
+    }
+
+
+def truncate_seq_pairs(a_len: np.ndarray, b_len: np.ndarray, max_num_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens the reference's ``truncate_seq_pair`` removes from A and from B, in closed form.
+
+    It trims the longer side (B on a tie) until the pair fits: first the longer down to the
+    shorter, then alternately, B first.
+    """
+    excess = np.maximum(a_len + b_len - max_num_tokens, 0)
+    a_longer = a_len > b_len
+    first = np.minimum(excess, np.abs(a_len - b_len))
+    rest = excess - first
+    cut_a = np.where(a_longer, first, 0) + rest // 2
+    cut_b = np.where(a_longer, 0, first) + rest - rest // 2
+    return cut_a, cut_b
+
+
+def _build_examples(spans: dict[str, np.ndarray], tokens: np.ndarray, vocab: MaskingVocab, cfg: BertConfig, rng: np.random.Generator) -> BertExamples:
+    """Truncate, lay out ``[CLS] A [SEP] B [SEP]`` and mask every example of one document at once."""
+    cut_a, cut_b = truncate_seq_pairs(spans["a_len"], spans["b_len"], cfg.max_seq_length - 3)
+    a_start = spans["a_start"] + rng.binomial(cut_a, 0.5)  # each trimmed token: front or back, p = 0.5
+    b_start = spans["b_start"] + rng.binomial(cut_b, 0.5)
+    a_len, b_len = spans["a_len"] - cut_a, spans["b_len"] - cut_b
+
+    n, width = len(a_len), cfg.max_seq_length
+    pos = np.arange(width)[None, :]
+    la, lb = a_len[:, None], b_len[:, None]
+    in_a = (pos >= 1) & (pos <= la)
+    in_b = (pos >= la + 2) & (pos < la + 2 + lb)
+    source = np.where(in_a, a_start[:, None] + pos - 1, b_start[:, None] + pos - la - 2)
+    real = in_a | in_b
+    input_ids = np.where(real, tokens[np.where(real, source, 0)], vocab.pad).astype(vocab.id_dtype)
+    rows = np.arange(n)
+    input_ids[:, 0] = vocab.cls
+    input_ids[rows, a_len + 1] = vocab.sep
+    input_ids[rows, a_len + b_len + 2] = vocab.sep
+    length = a_len + b_len + 3
+
+    num_to_predict = np.minimum(cfg.max_predictions_per_seq, np.maximum(1, np.round(length * cfg.masked_lm_prob).astype(np.int64)))
+    if cfg.whole_word_mask:
+        positions, replaced = _choose_whole_words(input_ids, real, num_to_predict, vocab, cfg, rng)
+    else:
+        positions, replaced = _choose_tokens(real, num_to_predict, cfg, rng)
+    valid = positions < width
+    safe = np.where(valid, positions, 0)
+    original = np.take_along_axis(input_ids, safe, axis=1)
+    new_ids = np.where(replaced == 0, vocab.mask, np.where(replaced == 1, original, vocab.random_ids[rng.integers(0, len(vocab.random_ids), positions.shape)]))
+    masked_rows = np.broadcast_to(rows[:, None], positions.shape)
+    input_ids[masked_rows[valid], positions[valid]] = new_ids[valid]
+    return BertExamples(
+        input_ids=input_ids,
+        length=length.astype(np.uint16),
+        a_length=(a_len + 2).astype(np.uint16),
+        masked_lm_positions=np.where(valid, positions, 0).astype(np.uint16),
+        masked_lm_ids=np.where(valid, original, 0).astype(vocab.id_dtype),
+        masked_lm_weights=valid.astype(np.float32),
+        next_sentence_label=spans["random_next"].astype(np.int8),
+        a_doc=spans["a_doc"],
+        a_start=a_start,
+        b_doc=spans["b_doc"],
+        b_start=b_start,
+    )
+
+
+def _replacement_kind(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """0 = [MASK] (80%), 1 = keep (10%), 2 = random token (10%)."""
+    first, second = rng.random(shape), rng.random(shape)
+    return np.where(first < 0.8, 0, np.where(second < 0.5, 1, 2))
+
+
+def _choose_tokens(real: np.ndarray, num_to_predict: np.ndarray, cfg: BertConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``num_to_predict`` candidates of a random order per row, as sorted positions (width = none)."""
+    width, p = real.shape[1], cfg.max_predictions_per_seq
+    keys = np.where(real, rng.random(real.shape), 2.0)
+    k = min(p, width)
+    smallest = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < width else np.argsort(keys, axis=1)
+    order = np.take_along_axis(smallest, np.argsort(np.take_along_axis(keys, smallest, axis=1), axis=1), axis=1)
+    chosen = np.arange(k)[None, :] < np.minimum(num_to_predict, real.sum(axis=1))[:, None]
+    positions = np.sort(np.where(chosen, order, width), axis=1)
+    if k < p:
+        positions = np.pad(positions, ((0, 0), (0, p - k)), constant_values=width)
+    return positions, _replacement_kind(rng, positions.shape)
+
+
+def _choose_whole_words(
+    input_ids: np.ndarray, real: np.ndarray, num_to_predict: np.ndarray, vocab: MaskingVocab, cfg: BertConfig, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Whole words in random order, skipping a word that would overshoot, 80/10/10 decided per word.
+
+    A word starts at a non-"##" piece or right after [CLS]/[SEP], so no word spans two segments.
+    """
+    n, width = real.shape
+    previous_real = np.pad(real[:, :-1], ((0, 0), (1, 0)))
+    starts = real & (~vocab.is_continuation[input_ids] | ~previous_real)
+    word_of = np.cumsum(starts, axis=1) - 1
+    positions = np.full((n, cfg.max_predictions_per_seq), width, dtype=np.int64)
+    replaced = np.zeros(positions.shape, dtype=np.int64)
+    for row in range(n):
+        candidates = np.flatnonzero(real[row])
+        words = word_of[row, candidates]
+        sizes = np.bincount(words)
+        chosen, total = [], 0
+        for word in rng.permutation(len(sizes)).tolist():
+            if total >= num_to_predict[row]:
+                break
+            if total + sizes[word] > num_to_predict[row]:
+                continue
+            chosen.append(word)
+            total += int(sizes[word])
+        picked = np.isin(words, chosen)
+        kind = _replacement_kind(rng, (len(sizes),))
+        positions[row, :total] = candidates[picked]
+        replaced[row, :total] = kind[words[picked]]
+    return positions, replaced
+
+
+def _empty_examples(vocab: MaskingVocab, cfg: BertConfig) -> BertExamples:
+    L, P = cfg.max_seq_length, cfg.max_predictions_per_seq
+    empty = np.zeros(0, dtype=np.int64)
+    return BertExamples(
+        input_ids=np.zeros((0, L), dtype=vocab.id_dtype),
+        length=np.zeros(0, dtype=np.uint16),
+        a_length=np.zeros(0, dtype=np.uint16),
+        masked_lm_positions=np.zeros((0, P), dtype=np.uint16),
+        masked_lm_ids=np.zeros((0, P), dtype=vocab.id_dtype),
+        masked_lm_weights=np.zeros((0, P), dtype=np.float32),
+        next_sentence_label=np.zeros(0, dtype=np.int8),
+        a_doc=empty,
+        a_start=empty,
+        b_doc=empty,
+        b_start=empty,
+    )
