@@ -1,0 +1,144 @@
+"""The WebText job: Reddit dumps -> karma-selected links -> fetch or replay -> main text -> Documents.
+
+Every submission ends as exactly one record: the chosen submission of a canonical URL becomes a
+Document or a page-level Reject; every other submission is a Reject (self_post, low_karma,
+duplicate_url, ...). In offline mode with no dumps, the links are the captures of the WARCs.
+"""
+from __future__ import annotations
+
+import html as html_lib
+import re
+from pathlib import Path
+
+import apache_beam as beam
+from apache_beam.pvalue import PCollection
+
+from corpora.document import Document, Reject, make_id
+from corpora.extract import extract_page
+from corpora.reddit import SOURCE, Link, read_submissions, screen, select_link
+from corpora.urls import Blocklist, clean_url
+from corpora.warc import Capture, iter_captures, warc_files
+from corpusforge.config import Config, WebTextConfig
+from pipeline.fetch import FetchDoFn, decode_page
+
+TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+
+
+def warc_dir_of(cfg: Config) -> Path:
+    return Path(cfg.webtext.warc_dir or Path(cfg.run.output_dir) / "webtext" / "warc")
+
+
+def link_reject(link: Link, reason: str, detail: str = "") -> Reject:
+    return Reject(id=make_id(SOURCE, link.key), source=SOURCE, reason=reason, detail=detail[:500], key=link.url)
+
+
+def page_title(html: str) -> str:
+    match = TITLE.search(html[:100_000])
+    return " ".join(html_lib.unescape(match.group(1)).split()) if match else ""
+
+
+def to_document(link: Link, capture: Capture, web: WebTextConfig) -> Document | Reject:
+    """A fetched or replayed page -> Document, or a Reject with the fetch / decode / extract reason."""
+    html, reason = decode_page(capture, web.fetch.max_decoded_bytes, web.fetch.content_types)
+    if html is None:
+        return link_reject(link, reason, capture.detail)
+    url = capture.final_url or link.url
+    # decoded once here (header, <meta>, charset-normalizer), handed on as UTF-8
+    text, reason = extract_page(html.encode("utf-8"), url, content_type="text/html; charset=utf-8", config=web.extract)
+    if not text:
+        return link_reject(link, reason or "extraction_empty", url)
+    meta = {"subreddit": link.subreddit, "warc_record_id": capture.record_id, "timestamp": capture.date}
+    if link.submission_ids:
+        meta["score"] = str(link.score)
+    return Document(id=make_id(SOURCE, link.key), source=SOURCE, title=link.title or page_title(html),
+                    text=text, url=url, meta={k: v for k, v in meta.items() if v})
+
+
+def links_from_warc(path: str, blocklist: Blocklist) -> list[tuple[str, Link] | Reject]:
+    """Offline without dumps: every capture in a WARC is a candidate link, keyed canonically."""
+    out: list[tuple[str, Link] | Reject] = []
+    for capture in iter_captures(Path(path), max_bytes=0):
+        cleaned = clean_url(capture.url)
+        link = Link(key=cleaned.key if cleaned else capture.url, url=capture.url, score=0, subreddit="", title="",
+                    submission_ids=())
+        if cleaned is None:
+            out.append(link_reject(link, "bad_url", capture.url))
+        elif blocklist.blocked_domain(cleaned.host):
+            out.append(link_reject(link, "blocked_domain", cleaned.host))
+        elif blocklist.blocked_extension(cleaned.fetch):
+            out.append(link_reject(link, "blocked_extension", capture.url))
+        else:
+            out.append((cleaned.key, link))
+    return out
+
+
+def first_capture(key: str, links: list[Link]) -> list[Link | Reject]:
+    """One link per canonical URL (smallest spelling); the other captures are duplicates."""
+    ordered = sorted(set(links), key=lambda link: link.url)
+    return [ordered[0]] + [link_reject(Link(key=f"{key}#{link.url}", url=link.url, score=0, subreddit="", title="",
+                                            submission_ids=()), "duplicate_url", ordered[0].url) for link in ordered[1:]]
+
+
+def split(records: PCollection, label: str) -> tuple[PCollection, PCollection]:
+    """(kept, rejects) by type."""
+    parts = records | label >> beam.Partition(lambda record, _: int(isinstance(record, Reject)), 2)
+    return parts[0], parts[1]
+
+
+def read_links(pipeline: beam.Pipeline, cfg: Config, blocklist: Blocklist) -> tuple[PCollection, PCollection]:
+    web = cfg.webtext
+    if not web.dumps:  # offline from WARCs alone
+        paths = [str(p) for p in warc_files(warc_dir_of(cfg))]
+        keyed, rejects = split(
+            pipeline | "WarcPaths" >> beam.Create(paths) | "WarcLinks" >> beam.FlatMap(links_from_warc, blocklist),
+            "SplitWarcLinks")
+        grouped = keyed | "GroupWarcUrls" >> beam.GroupByKey() | "FirstCapture" >> beam.FlatMapTuple(first_capture)
+        links, duplicates = split(grouped, "SplitDuplicates")
+        return links, (rejects, duplicates) | "WarcRejects" >> beam.Flatten()
+    records = (
+        pipeline
+        | "DumpPaths" >> beam.Create(sorted(str(p) for p in web.dumps))
+        | "ReadDumps" >> beam.FlatMap(lambda path: read_submissions(Path(path)))
+    )
+    submissions, malformed = split(records, "SplitMalformed")
+    screened, dropped = split(
+        submissions | "Screen" >> beam.Map(screen, blocklist, web.exclude_over_18), "SplitScreened")
+    selected = (
+        screened
+        | "GroupByUrl" >> beam.GroupByKey()
+        | "Karma" >> beam.FlatMapTuple(lambda key, subs: select_link(key, subs, karma_mode=web.karma_mode,
+                                                                      min_karma=web.min_karma))
+    )
+    links, unselected = split(selected, "SplitSelected")
+    return links, (malformed, dropped, unselected) | "LinkRejects" >> beam.Flatten()
+
+
+class WebText(beam.PTransform):
+    """All WebText steps under one label, so they cannot clash with other sources' steps."""
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.cfg = cfg
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> tuple[PCollection, PCollection]:
+        web = self.cfg.webtext
+        blocklist = Blocklist(web.extra_blocked_domains, web.extra_blocked_extensions)
+        warc_dir = warc_dir_of(self.cfg)
+        warc_dir.mkdir(parents=True, exist_ok=True)
+        links, link_rejects = read_links(pbegin.pipeline, self.cfg, blocklist)
+        pages = (
+            links
+            | "UrlAndLink" >> beam.Map(lambda link: (link.url, link))
+            | "Spread" >> beam.Reshuffle()
+            | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=web.fetch.batch_size)
+            | "FetchOrReplay" >> beam.ParDo(FetchDoFn(web.fetch, str(warc_dir), offline=web.offline))
+            | "Extract" >> beam.Map(lambda pair, web: to_document(*pair, web), web)
+        )
+        documents, page_rejects = split(pages, "SplitPages")
+        rejects = (link_rejects, page_rejects) | "Rejects" >> beam.Flatten()
+        return documents, rejects
+
+
+def build_webtext(pipeline: beam.Pipeline, cfg: Config) -> tuple[PCollection, PCollection]:
+    """Composite the build job calls: (PCollection[Document], PCollection[Reject])."""
+    return pipeline | "WebText" >> WebText(cfg)
