@@ -1,7 +1,7 @@
 """Bytes of a text file to one Python string with LF line endings, whatever the encoding.
 
 Books arrive as UTF-8 (with or without BOM), UTF-16 with BOM, or legacy 8-bit encodings
-(Latin-1, Windows-1252). A pre-training corpus must never crash on one bad file, so decoding
+(Latin-1, Windows-1252), detected by charset-normalizer. A pre-training corpus must never crash on one bad file, so decoding
 always ends with a string, except for content that is not text at all (binary junk saved as
 ``.txt``): that raises ``BinaryContentError`` so the reader can count it as a reject instead of
 feeding replacement characters into the corpus.
@@ -41,10 +41,23 @@ def _decode(data: bytes) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         pass
-    best = from_bytes(data[: 4 * _SNIFF_BYTES]).best()
-    if best is not None and best.encoding:
-        return data.decode(best.encoding, errors="replace")
-    return data.decode("utf-8", errors="replace")
+    return data.decode(_detect_encoding(data[: 4 * _SNIFF_BYTES]), errors="replace")
+
+
+def _detect_encoding(sample: bytes) -> str:
+    """charset-normalizer's pick, with ties broken toward Windows-1252 (a Latin-1 superset).
+
+    Short Western texts decode without errors in several code pages (cp1250, cp1252, cp1257);
+    charset-normalizer then picks among equals, and "Hélène" can come back as "Hélčne".
+    """
+    matches = from_bytes(sample)
+    best = matches.best()
+    if best is None:
+        return "utf-8"
+    for match in matches:
+        if match.encoding == "cp1252" and match.chaos <= best.chaos:
+            return "cp1252"
+    return best.encoding
 
 
 def _bom_less_utf16(data: bytes) -> str | None:
