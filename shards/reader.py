@@ -20,6 +20,8 @@ from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from shards.format import FORMAT_VERSION, MANIFEST_NAME, bert_schema, gpt_schema
 
+FILE_MAGIC = b"ARROW1"  # starts an Arrow IPC file; an IPC stream starts with a message length
+
 
 class ShardError(Exception):
     """A shard directory, manifest or shard file that cannot be trusted; the message names the file."""
@@ -125,6 +127,9 @@ def open_shard(
 ) -> pa.Table:
     """Memory-map one Arrow IPC shard; uncompressed shards come back zero-copy (pages load on touch).
 
+    Both IPC flavours open: the file format of shards.format and the stream format, which is the
+    only one ``datasets.Dataset.from_file`` reads (it rejects IPC files).
+
     ``expected`` (the manifest entry) checks size and example count before anything is trusted;
     ``check_sha`` reads the whole file once to compare its checksum; ``schema`` checks the columns.
     """
@@ -138,7 +143,10 @@ def open_shard(
         if actual != expected.sha256:
             raise ShardError(f"{path}: sha256 mismatch (manifest {expected.sha256[:12]}…, file {actual[:12]}…)")
     try:
-        table = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+        source = pa.memory_map(str(path), "r")
+        opener = pa.ipc.open_file if source.read(len(FILE_MAGIC)) == FILE_MAGIC else pa.ipc.open_stream
+        source.seek(0)
+        table = opener(source).read_all()
     except (pa.ArrowException, OSError) as exc:
         message = " ".join(str(exc).split())
         raise ShardError(f"{path}: not a readable Arrow IPC file ({message})") from exc

@@ -95,10 +95,12 @@ def write_shards(
     tokenizer_json: Path | None = None,
     vocab_size: int | None = None,
     batch_rows: int | None = None,
+    ipc: str = "file",
 ) -> Path:
     """Write ``columns`` split into shards of ``shard_sizes`` rows plus the manifest; returns the directory.
 
-    ``batch_rows`` splits each shard into record batches of that many rows (default: one batch).
+    ``batch_rows`` splits each shard into record batches of that many rows (default: one batch);
+    ``ipc="stream"`` writes the IPC stream flavour instead of the format's IPC file.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -124,7 +126,7 @@ def write_shards(
         part = {key: value[start : start + size] for key, value in columns.items()}
         table = pa.Table.from_arrays([_arrow(part[field.name], field.type) for field in schema], schema=schema)
         path = directory / name
-        _atomic_write(path, lambda tmp, table=table: _write_ipc(tmp, table, batch_rows))
+        _atomic_write(path, lambda tmp, table=table: _write_ipc(tmp, table, batch_rows, ipc))
         entries.append(
             {"file": name, "examples": size, "tokens": int(part["length"].astype(np.int64).sum()), "bytes": path.stat().st_size, "sha256": _sha256(path)}
         )
@@ -157,8 +159,9 @@ def _arrow(values: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
     return pa.array(values, type=arrow_type)
 
 
-def _write_ipc(path: Path, table: pa.Table, batch_rows: int | None) -> None:
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+def _write_ipc(path: Path, table: pa.Table, batch_rows: int | None, ipc: str) -> None:
+    new_writer = pa.ipc.new_file if ipc == "file" else pa.ipc.new_stream
+    with pa.OSFile(str(path), "wb") as sink, new_writer(sink, table.schema) as writer:
         if batch_rows:
             for batch in table.to_batches(max_chunksize=batch_rows):
                 writer.write_batch(batch)
