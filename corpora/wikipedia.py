@@ -244,6 +244,7 @@ def _decompress_streams(f: BinaryIO, limit: int | None) -> Iterator[bytes]:
     """Decompress consecutive bz2 streams from the file position, reading at most ``limit``
     bytes; a stream cut off by the end of the data raises EOFError."""
     decompressor = bz2.BZ2Decompressor()
+    start = f.tell()
     fed = False  # whether the current stream has started
     remaining = limit
     pending = b""
@@ -266,6 +267,8 @@ def _decompress_streams(f: BinaryIO, limit: int | None) -> Iterator[bytes]:
             fed = False
     if fed:
         raise EOFError("compressed data ended before the end of a bz2 stream")
+    if remaining or f.tell() == start:
+        raise EOFError(f"the dump ends before the range does at byte {f.tell()} (truncated dump)")
 
 
 def _closing_tag(root: ET.Element | None, head: bytes) -> bytes:

@@ -50,7 +50,8 @@ _TEMPLATE_PARAM = re.compile(r"\{\{\{[^{}]*\}\}\}")
 _NEST_TOKEN = re.compile(r"\{\{|\}\}|\{\||\|\}(?!\})")  # table tokens count at a line start only
 _EXTERNAL_LINK = re.compile(r"\[(?:https?:|ftp:|mailto:|//)[^\s\[\]]*(?:[ \t]+([^\[\]\n]*))?\]", re.I)
 _BARE_URL_BRACKET = re.compile(r"\[(?:https?:|ftp:)//[^\s\]]*\]")
-_INTERNAL_LINK = re.compile(r"\[\[([^\[\]]*)\]\]")
+# Innermost links: no "[[" or "]]" inside, single brackets allowed ("caption [sic]").
+_INTERNAL_LINK = re.compile(r"\[\[([^\[\]]*(?:(?:\[(?!\[)|\](?!\]))[^\[\]]*)*)\]\]")
 _INTERLANGUAGE = re.compile(r"[a-z]{2,3}(?:-[a-z0-9]{2,8}){0,2}|simple|be-x-old|roa-tara")
 # Line-anchored patterns start with a literal "\n" (the text is wrapped in newlines): re's
 # literal-prefix search makes that several times faster than "^" with re.M.
@@ -63,7 +64,8 @@ _LIST_CHARS = "*#:; \t"
 _EMPTY_PARENS = re.compile(r"\([ \t]*(?:[,;:.][ \t]*)*\)")
 _SPACES = re.compile(r"  +")
 _LEFTOVER = ("{{", "}}", "[[", "]]", "{|", "|}")
-_HEADING_MARK = "\x00H"
+_HEADING_MARK = "\x00H"  # + level digit; marks heading lines until paragraphs are joined
+_LEVELS = ("1", "2", "3", "4", "5", "6")
 
 
 def wikitext_to_text(
@@ -84,7 +86,7 @@ def wikitext_to_text(
     text = _BARE_URL_BRACKET.sub("", text)
     text = _EXTERNAL_LINK.sub(lambda m: m.group(1) or "", text)
     text = _rewrite_links(text, media)
-    text = _HEADING.sub(lambda m: f"\n\n{_HEADING_MARK}{m.group(2)}\n" if keep_headings else "\n", text)
+    text = _HEADING.sub(lambda m: f"\n\n{_HEADING_MARK}{len(m.group(1))}{m.group(2)}\n" if keep_headings else "\n", text)
     text = _BOLD_ITALIC.sub("", text)
     text = _HTML_TAG.sub("", text)
     text = html.unescape(text)
@@ -185,13 +187,13 @@ def _rewrite_links(text: str, media: frozenset[str] | set[str]) -> str:
 def _paragraphs(text: str) -> str:
     """Join source lines as MediaWiki renders them: a blank line ends a paragraph, list items
     stay one per line, consecutive plain lines run together into one paragraph."""
-    paragraphs: list[str] = []
+    paragraphs: list[tuple[int, str]] = []  # (heading level, or 0 for body text; text)
     block: list[str] = []
     block_is_list = False
 
     def flush() -> None:
         if block:
-            paragraphs.append("\n".join(block))
+            paragraphs.append((0, "\n".join(block)))
             block.clear()
 
     for raw in text.split("\n"):
@@ -203,7 +205,9 @@ def _paragraphs(text: str) -> str:
             continue
         if line.startswith(_HEADING_MARK):
             flush()
-            paragraphs.append(line[len(_HEADING_MARK):].strip())
+            rest = line[len(_HEADING_MARK):]
+            level = int(rest[0]) if rest[:1] in _LEVELS else 1
+            paragraphs.append((level, rest[1:].strip() if rest[:1] in _LEVELS else rest.strip()))
             continue
         if block and is_item != block_is_list:
             flush()
@@ -213,4 +217,17 @@ def _paragraphs(text: str) -> str:
         else:
             block.append(line)
     flush()
-    return "\n\n".join(p for p in paragraphs if p)
+    return "\n\n".join(_drop_empty_sections(paragraphs))
+
+
+def _drop_empty_sections(paragraphs: list[tuple[int, str]]) -> list[str]:
+    """Drop headings with nothing under them ("References", "See also" once their lists and
+    templates are gone): a heading survives only if body text or a deeper heading follows."""
+    kept: list[str] = []
+    following: int | None = None  # level of the next kept paragraph; None at the end
+    for level, paragraph in reversed(paragraphs):
+        if not paragraph or (level and not (following == 0 or (following or 0) > level)):
+            continue
+        kept.append(paragraph)
+        following = level
+    return kept[::-1]
