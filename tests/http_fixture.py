@@ -43,12 +43,16 @@ def extract_pages(shared_data: Path, dest: Path, count: int = 30, min_bytes: int
 
 
 class LocalServer:
-    """Threaded HTTP server; ``hits`` counts requests per path; ``latency_s`` delays every reply."""
+    """Threaded HTTP server; ``hits`` counts requests per path, ``user_agents`` records who asked,
+    ``max_in_flight`` the most requests handled at once; ``latency_s`` delays every reply."""
 
     def __init__(self, pages: dict[str, bytes], latency_s: float = 0.0) -> None:
         self.pages = pages
         self.latency_s = latency_s
         self.hits: Counter[str] = Counter()
+        self.user_agents: set[str] = set()
+        self.in_flight = 0
+        self.max_in_flight = 0
         self.lock = threading.Lock()
         self.bomb = gzip.compress(b"\0" * 50_000_000, compresslevel=9)
         server = self
@@ -63,9 +67,16 @@ class LocalServer:
                 with server.lock:
                     server.hits[self.path] += 1
                     count = server.hits[self.path]
-                if server.latency_s:
-                    time.sleep(server.latency_s)
-                server.route(self, self.path, count)
+                    server.user_agents.add(self.headers.get("User-Agent", ""))
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    if server.latency_s:
+                        time.sleep(server.latency_s)
+                    server.route(self, self.path, count)
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
