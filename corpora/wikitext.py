@@ -106,9 +106,10 @@ def _drop_nested(text: str) -> str:
 
     A closer pops back to its matching opener (forgiving unclosed inner openers); a closer
     with no opener, and an opener never closed, lose only their own two characters so one
-    stray brace never swallows the rest of an article.
+    stray brace never swallows the rest of an article. A table is a block, so it leaves a
+    paragraph break behind; a template leaves nothing.
     """
-    spans: list[tuple[int, int]] = []
+    spans: list[tuple[int, int, str]] = []  # (start, end, replacement)
     stack: list[tuple[str, int, int]] = []  # (kind, start, end of the opener token)
     for m in _NEST_TOKEN.finditer(text):
         token = m.group()
@@ -120,25 +121,26 @@ def _drop_nested(text: str) -> str:
             continue
         depth = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] == kind), None)
         if depth is None:
-            spans.append((m.start(), m.end()))
+            spans.append((m.start(), m.end(), ""))
             continue
         for _, start, end in stack[depth + 1:]:
-            spans.append((start, end))
-        spans.append((stack[depth][1], m.end()))
+            spans.append((start, end, ""))
+        spans.append((stack[depth][1], m.end(), "\n\n" if kind == "|" else ""))
         del stack[depth:]
-    spans.extend((start, end) for _, start, end in stack)
+    spans.extend((start, end, "") for _, start, end in stack)
     if not spans:
         return text
     spans.sort()
     pieces: list[str] = []
     position = 0
-    for start, end in spans:
+    for start, end, replacement in spans:
         if end <= position:
             continue  # inside a span already removed
         start = max(start, position)
         pieces.append(text[position:start])
-        # A span that filled whole lines takes its line break with it (no spurious paragraph).
-        if (start == 0 or text[start - 1] == "\n") and text.startswith("\n", end):
+        pieces.append(replacement)
+        # A template that filled whole lines takes its line break along (no spurious paragraph).
+        if not replacement and (start == 0 or text[start - 1] == "\n") and text.startswith("\n", end):
             end += 1
         position = end
     pieces.append(text[position:])
