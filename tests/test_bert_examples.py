@@ -1,0 +1,254 @@
+"""BERT example recipe (google-research/bert semantics, with its bugs fixed) and the Beam stage on real text."""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from corpora.document import Document
+from corpora.gutenberg import strip_gutenberg
+from corpora.sentences import split_sentences
+from corpora.wikipedia import plan_ranges, read_range
+from corpusforge.config import BertConfig, ShardsConfig
+from pipeline.bert_examples import MaskingVocab, TokenizedDocument, create_bucket_examples, tokenize_documents, truncate_seq_pairs
+from pipeline.documents_io import documents_table, write_table_atomic
+from pipeline.examples_stage import write_bert_shards
+from pipeline.vocab import load_tokenizer
+from shards.reader import open_shard, read_manifest
+from shard_factory import bert_tokenizer_json
+
+BOOKS = ["11-0.txt", "35-0.txt", "41-0.txt", "43-0.txt"]
+
+
+def book_documents(shared: Path, names: list[str]) -> list[Document]:
+    docs = []
+    for name in names:
+        text = strip_gutenberg((shared / "books" / "en" / name).read_text(encoding="utf-8-sig").replace("\r\n", "\n"))
+        docs.append(Document(id=name, source="books", title=name, text=text))
+    return docs
+
+
+def wiki_documents(shared: Path, count: int) -> list[Document]:
+    path = shared / "wikipedia" / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+    pages = (item for r in plan_ranges(path) for item in read_range(r))
+    return list(itertools.islice((d for d in pages if isinstance(d, Document)), count))
+
+
+@pytest.fixture(scope="module")
+def vocab_dir(shared_data, tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("bert-vocab")
+    vocab_txt = shared_data / "vocab" / "bert-base-uncased" / "vocab.txt"
+    (directory / "vocab.txt").write_bytes(vocab_txt.read_bytes())
+    bert_tokenizer_json(vocab_txt, directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def vocab(vocab_dir) -> MaskingVocab:
+    return MaskingVocab.from_tokenizer(load_tokenizer(vocab_dir))
+
+
+@pytest.fixture(scope="module")
+def documents(shared_data) -> list[Document]:
+    return book_documents(shared_data, BOOKS) + wiki_documents(shared_data, 40)
+
+
+@pytest.fixture(scope="module")
+def tokenized(documents, vocab_dir, vocab) -> list[TokenizedDocument]:
+    docs, counters = tokenize_documents(load_tokenizer(vocab_dir), [(d.id, split_sentences(d.text)) for d in documents], vocab.id_dtype)
+    assert counters["documents"] == len(documents) == len(docs) + counters["empty_documents"]
+    return sorted(docs, key=lambda d: d.id)
+
+
+def make(tokenized, vocab, dupe: int = 0, seed: int = 1, **overrides):
+    cfg = BertConfig(**overrides)
+    examples, counters = create_bucket_examples(tokenized, dupe, vocab, cfg, seed)
+    return examples, counters, cfg
+
+
+def restored(examples) -> np.ndarray:
+    """input_ids with every masked position given back its original token."""
+    ids = examples.input_ids.astype(np.int64).copy()
+    rows, slots = np.nonzero(examples.masked_lm_weights)
+    ids[rows, examples.masked_lm_positions[rows, slots]] = examples.masked_lm_ids[rows, slots]
+    return ids
+
+
+@pytest.fixture(scope="module")
+def made(tokenized, vocab):
+    return make(tokenized, vocab)
+
+
+def test_masking_rates_follow_the_recipe(made, vocab):
+    examples, _, cfg = made
+    weights = examples.masked_lm_weights
+    lengths = examples.length.astype(np.int64)
+    expected = np.minimum(cfg.max_predictions_per_seq, np.maximum(1, np.round(lengths * cfg.masked_lm_prob)))
+    np.testing.assert_array_equal(weights.sum(axis=1), expected)  # every example has candidates enough
+    assert 0.14 < weights.sum() / lengths.sum() < 0.16
+    rows, slots = np.nonzero(weights)
+    now = examples.input_ids[rows, examples.masked_lm_positions[rows, slots]]
+    original = examples.masked_lm_ids[rows, slots]
+    n = len(rows)
+    assert abs((now == vocab.mask).mean() - 0.8) < 0.02
+    assert abs((now == original).mean() - 0.1) < 0.015
+    assert abs(((now != vocab.mask) & (now != original)).mean() - 0.1) < 0.015
+    assert n > 20000
+    assert not np.isin(now[(now != vocab.mask) & (now != original)], [vocab.pad, vocab.cls, vocab.sep, 100]).any()
+
+
+def test_next_sentence_and_short_sequence_rates(made):
+    examples, counters, cfg = made
+    assert len(examples) > 1500
+    assert abs(examples.next_sentence_label.mean() - 0.5) < 0.05
+    assert abs(counters["short_targets"] / len(examples) - cfg.short_seq_prob) < 0.02
+    # A short target is uniform in [2, 125], so about 8% of all examples end well below full length.
+    assert 0.04 < (examples.length < cfg.max_seq_length - 12).mean() < 0.14
+
+
+def test_segments_are_well_formed_and_never_masked_at_special_positions(made, vocab):
+    examples, _, cfg = made
+    ids = restored(examples)
+    length, a_length = examples.length.astype(np.int64), examples.a_length.astype(np.int64)
+    rows = np.arange(len(ids))
+    assert (a_length >= 3).all() and (length - a_length >= 2).all() and (length <= cfg.max_seq_length).all()
+    assert (ids[:, 0] == vocab.cls).all()
+    assert (ids[rows, a_length - 1] == vocab.sep).all() and (ids[rows, length - 1] == vocab.sep).all()
+    pos = np.arange(cfg.max_seq_length)[None, :]
+    inside = (pos > 0) & (pos < length[:, None]) & (pos != (a_length - 1)[:, None]) & (pos != (length - 1)[:, None])
+    assert not np.isin(ids[inside], [vocab.cls, vocab.sep, vocab.pad, vocab.mask]).any()  # no [SEP]-only or empty segment
+    assert (ids[pos >= length[:, None]] == vocab.pad).all()
+    masked = examples.masked_lm_positions.astype(np.int64)
+    real = examples.masked_lm_weights > 0
+    assert inside[np.broadcast_to(rows[:, None], masked.shape)[real], masked[real]].all()
+    assert (np.diff(masked, axis=1)[real[:, 1:]] > 0).all()  # sorted, distinct, padding only at the end
+    assert (examples.masked_lm_positions[~real] == 0).all() and (examples.masked_lm_ids[~real] == 0).all()
+
+
+def test_every_token_comes_from_its_source_span_and_random_next_from_another_document(made, tokenized):
+    examples, _, _ = made
+    flat = np.concatenate([d.tokens for d in tokenized]).astype(np.int64)
+    bounds = np.concatenate([[0], np.cumsum([len(d.tokens) for d in tokenized])])
+    ids = restored(examples)
+    for i in range(len(examples)):
+        la, lb = int(examples.a_length[i]) - 2, int(examples.length[i] - examples.a_length[i]) - 1
+        a0, b0 = int(examples.a_start[i]), int(examples.b_start[i])
+        np.testing.assert_array_equal(ids[i, 1 : 1 + la], flat[a0 : a0 + la])
+        np.testing.assert_array_equal(ids[i, la + 2 : la + 2 + lb], flat[b0 : b0 + lb])
+        a_doc, b_doc = int(examples.a_doc[i]), int(examples.b_doc[i])
+        assert bounds[a_doc] <= a0 and a0 + la <= bounds[a_doc + 1]
+        assert bounds[b_doc] <= b0 and b0 + lb <= bounds[b_doc + 1]
+        if examples.next_sentence_label[i]:
+            assert b_doc != a_doc
+        else:
+            assert b_doc == a_doc and b0 >= a0 + la
+
+
+def test_whole_word_masking_masks_whole_words_and_decides_per_word(tokenized, vocab):
+    examples, _, _ = make(tokenized[:3], vocab, whole_word_mask=True)
+    ids = restored(examples)
+    continuation = vocab.is_continuation[ids]
+    words_checked = 0
+    for i in range(len(examples)):
+        real = examples.masked_lm_weights[i] > 0
+        positions = examples.masked_lm_positions[i][real].astype(np.int64)
+        masked = set(positions.tolist())
+        for p in positions:
+            start = p
+            while continuation[i, start] and start - 1 not in (0, examples.a_length[i] - 1):
+                start -= 1
+            end = p + 1
+            while end < examples.length[i] and continuation[i, end]:
+                end += 1
+            word = range(start, end)
+            assert set(word) <= masked
+            is_mask = examples.input_ids[i, list(word)] == vocab.mask
+            assert is_mask.all() or not is_mask.any()
+            words_checked += len(word) > 1
+    assert words_checked > 100
+
+
+def test_output_depends_only_on_seed_dupe_and_documents(tokenized, vocab):
+    part = tokenized[-12:]
+    first, _, _ = make(part, vocab, dupe=1, seed=3)
+    again, _, _ = make(list(reversed(part)), vocab, dupe=1, seed=3)
+    other, _, _ = make(part, vocab, dupe=2, seed=3)
+    for name, column in first.columns().items():
+        np.testing.assert_array_equal(column, again.columns()[name])
+    assert len(other) != len(first) or not np.array_equal(other.input_ids, first.input_ids)
+
+
+def test_single_document_corpus_has_only_actual_next_pairs(tokenized, vocab):
+    examples, counters, _ = make([max(tokenized, key=lambda d: len(d.tokens))], vocab)
+    assert len(examples) > 100
+    assert not examples.next_sentence_label.any()
+    assert counters["forced_actual_next"] > 0 and counters["no_partner"] >= 0
+    assert counters["examples"] == len(examples)
+
+
+def test_single_sentence_documents_contribute_random_next_pairs(vocab):
+    docs = [TokenizedDocument(f"d{i}", np.arange(200 + i, 230 + i, dtype=np.uint16) + 1000, np.array([0, 30])) for i in range(8)]
+    examples, counters, _ = make(docs, vocab)
+    assert len(examples) == 8 and examples.next_sentence_label.all()
+    assert (examples.b_doc != examples.a_doc).all()
+    assert counters["no_partner"] == 0
+
+
+def reference_truncation(a: int, b: int, limit: int) -> tuple[int, int]:
+    cut_a = cut_b = 0
+    while a + b > limit:
+        if a > b:
+            a, cut_a = a - 1, cut_a + 1
+        else:
+            b, cut_b = b - 1, cut_b + 1
+    return cut_a, cut_b
+
+
+@given(st.lists(st.tuples(st.integers(1, 400), st.integers(1, 400)), min_size=1, max_size=30), st.integers(2, 509))
+@settings(max_examples=200, deadline=None)
+def test_closed_form_truncation_equals_the_reference_loop(pairs, limit):
+    a, b = np.array(pairs).T
+    cut_a, cut_b = truncate_seq_pairs(a, b, limit)
+    assert [tuple(map(int, c)) for c in zip(cut_a, cut_b)] == [reference_truncation(x, y, limit) for x, y in pairs]
+
+
+@pytest.fixture(scope="module")
+def parquet_documents(shared_data, tmp_path_factory) -> list[Path]:
+    docs = book_documents(shared_data, ["41-0.txt", "46-0.txt"]) + wiki_documents(shared_data, 30)
+    directory = tmp_path_factory.mktemp("documents")
+    paths = []
+    for index, part in enumerate([docs[::2], docs[1::2]]):
+        paths.append(Path(write_table_atomic(documents_table(part), str(directory / f"part-{index}.parquet"))))
+    return paths
+
+
+def test_beam_stage_writes_identical_shards_in_memory_and_multi_processing(parquet_documents, vocab_dir, tmp_path):
+    bert = BertConfig(dupe_factor=2, partner_bucket_size=8)
+    shards = ShardsConfig(max_examples=700, sort_bucket_bytes=256 * 1024)
+    runs = {}
+    for mode, workers in (("in_memory", 1), ("multi_processing", 2)):
+        options = PipelineOptions(runner="DirectRunner", direct_running_mode=mode, direct_num_workers=workers)
+        runs[mode] = write_bert_shards(options, parquet_documents, vocab_dir, tmp_path / mode, bert, shards, seed=5)
+    one, two = runs["in_memory"], runs["multi_processing"]
+    assert [s["sha256"] for s in one["shards"]] == [s["sha256"] for s in two["shards"]]
+    assert one["totals"] == two["totals"]
+    counts = [s["examples"] for s in one["shards"]]
+    assert len(counts) > 1 and max(counts) - min(counts) <= 1 and max(counts) <= 700
+    assert one["totals"]["examples"] == sum(counts) == one["totals"]["examples"]
+    assert one["totals"]["documents"] == 32
+
+    manifest = read_manifest(tmp_path / "in_memory")
+    assert manifest.vocab.special_ids == {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
+    labels = []
+    for entry in manifest.shards:
+        table = open_shard(manifest.shard_path(entry), expected=entry, check_sha=True, schema=manifest.arrow_schema())
+        assert table.column("input_ids").num_chunks == 1
+        labels.append(table.column("next_sentence_label").to_numpy())
+    labels = np.concatenate(labels)
+    # Globally shuffled: both labels appear in every stretch of the order, not in runs per bucket.
+    assert all(0.3 < chunk.mean() < 0.7 for chunk in np.array_split(labels, 4))
