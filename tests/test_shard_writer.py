@@ -1,0 +1,155 @@
+"""Shard writer: balanced shard sizes, global order through sort buckets, checksums, atomic manifest."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shards.format import MANIFEST_NAME, gpt_schema
+from shards.reader import open_shard, read_manifest
+from shards.writer import (
+    file_sha256,
+    iter_sorted_buckets,
+    keyed_schema,
+    plan_shard_sizes,
+    range_buckets,
+    record_batch,
+    row_bytes,
+    write_shards,
+    write_sort_bucket,
+)
+
+SEQ_LEN = 15
+SCHEMA = gpt_schema(SEQ_LEN, 50257)
+BASE_MANIFEST = {
+    "format_version": 1,
+    "task": "gpt",
+    "params": {"test": True},
+    "vocab": {"kind": "bpe", "path": "vocab", "sha256": "0" * 64, "size": 50257, "special_ids": {"eot": 50256}},
+    "schema": {"seq_len": SEQ_LEN, "id_type": "uint16"},
+    "totals": {"dropped_tokens": 0},
+}
+
+
+def windows(count: int, start: int = 0) -> dict[str, np.ndarray]:
+    """Example i holds the value start + i in every slot, so order and content are easy to check."""
+    values = np.arange(start, start + count, dtype=np.uint16)
+    return {"input_ids": np.repeat(values[:, None], SEQ_LEN + 1, axis=1), "length": np.full(count, SEQ_LEN + 1, dtype=np.uint32)}
+
+
+def batches(total: int, size: int):
+    for start in range(0, total, size):
+        yield record_batch(SCHEMA, windows(min(size, total - start), start))
+
+
+@given(st.integers(0, 10**6), st.integers(1, 10**4), st.integers(10**5, 10**9), st.one_of(st.none(), st.integers(100, 10**6)))
+@settings(max_examples=300, deadline=None)
+def test_shard_plan_is_balanced_and_within_limits(examples, bytes_each, target, max_examples):
+    sizes = plan_shard_sizes(examples, bytes_each, target, max_examples)
+    assert sum(sizes) == examples and len(sizes) >= 1
+    assert max(sizes) - min(sizes) <= 1
+    if max_examples:
+        assert max(sizes) <= max_examples
+    if len(sizes) > 1 and (not max_examples or examples / (len(sizes) - 1) <= max_examples):
+        assert examples * bytes_each > (len(sizes) - 1) * target  # no more shards than the size needs
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=200), st.integers(1, 5000))
+@settings(max_examples=200, deadline=None)
+def test_range_buckets_are_ordered_ranges(keys, buckets):
+    keys = np.sort(np.asarray(keys, dtype=np.uint64))
+    owner = range_buckets(keys, buckets)
+    assert (np.diff(owner.astype(np.int64)) >= 0).all() and owner.max() < buckets
+
+
+def test_write_shards_balances_checksums_and_reads_back(tmp_path):
+    manifest = write_shards(batches(1003, 100), 1003, SCHEMA, tmp_path, BASE_MANIFEST, target_bytes=10**9, max_examples=250)
+    counts = [s["examples"] for s in manifest["shards"]]
+    assert counts == [201, 201, 201, 200, 200]
+    assert [s["file"] for s in manifest["shards"]][0] == "shard-00000-of-00005.arrow"
+    read = read_manifest(tmp_path)
+    seen = []
+    for entry in read.shards:
+        path = read.shard_path(entry)
+        assert entry.sha256 == file_sha256(path) and entry.bytes == path.stat().st_size
+        table = open_shard(path, expected=entry, check_sha=True, schema=read.arrow_schema())
+        assert table.column("input_ids").num_chunks == 1  # one record batch: zero-copy columns
+        seen.extend(table.column("input_ids").combine_chunks().flatten().to_numpy()[:: SEQ_LEN + 1].tolist())
+    assert seen == list(range(1003))
+    assert read.totals["examples"] == 1003 and read.totals["tokens"] == 1003 * (SEQ_LEN + 1) and read.totals["dropped_tokens"] == 0
+    assert not list(tmp_path.glob("*.tmp-*"))
+
+
+def test_target_bytes_sets_the_shard_count(tmp_path):
+    manifest = write_shards(batches(1000, 64), 1000, SCHEMA, tmp_path, BASE_MANIFEST, target_bytes=row_bytes(SCHEMA) * 300)
+    assert [s["examples"] for s in manifest["shards"]] == [250, 250, 250, 250]
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_compressed_shards_read_back(tmp_path, codec):
+    manifest = write_shards(batches(500, 128), 500, SCHEMA, tmp_path, BASE_MANIFEST, target_bytes=10**9, compression=codec)
+    table = pa.ipc.open_file(tmp_path / manifest["shards"][0]["file"]).read_all()
+    assert table.column("input_ids").to_pylist() == record_batch(SCHEMA, windows(500)).column("input_ids").to_pylist()
+    assert manifest["shards"][0]["bytes"] < row_bytes(SCHEMA) * 500 / 4
+
+
+def test_interrupted_write_leaves_no_manifest_and_no_temporary_files(tmp_path):
+    write_shards(batches(100, 10), 100, SCHEMA, tmp_path, BASE_MANIFEST, target_bytes=10**9)
+    assert (tmp_path / MANIFEST_NAME).is_file()
+
+    def failing():
+        yield from batches(150, 10)
+        raise OSError("disk vanished")
+
+    with pytest.raises(OSError, match="disk vanished"):
+        write_shards(failing(), 300, SCHEMA, tmp_path, BASE_MANIFEST, target_bytes=10**9, max_examples=100)
+    assert not (tmp_path / MANIFEST_NAME).exists()  # the earlier run's manifest is gone too
+    assert not list(tmp_path.glob("*.tmp-*"))
+    assert [p.name for p in tmp_path.glob("*.arrow")] == ["shard-00000-of-00003.arrow"]  # whole, but unlisted
+
+
+def test_announced_count_must_match(tmp_path):
+    with pytest.raises(ValueError, match="fewer examples"):
+        write_shards(batches(90, 10), 100, SCHEMA, tmp_path, BASE_MANIFEST, target_bytes=10**9)
+    with pytest.raises(ValueError, match="more than"):
+        write_shards(batches(110, 10), 100, SCHEMA, tmp_path, BASE_MANIFEST, target_bytes=10**9)
+    assert not (tmp_path / MANIFEST_NAME).exists()
+
+
+def test_sort_buckets_give_one_global_order_whatever_the_piece_order(tmp_path):
+    rng = np.random.default_rng(0)
+    keys = rng.integers(0, 2**64, 2000, dtype=np.uint64)
+    columns = windows(2000)
+    owner = range_buckets(keys, 4)
+    pieces = {b: [] for b in range(4)}
+    for start in range(0, 2000, 250):  # eight producers, each spreading its examples over the buckets
+        rows = np.arange(start, start + 250)
+        for b in range(4):
+            mine = rows[owner[rows] == b]
+            batch = record_batch(keyed_schema(SCHEMA), {"key": keys[mine], **{k: v[mine] for k, v in columns.items()}})
+            pieces[b].append((f"producer-{start}", batch))
+    outputs = {}
+    for name, order in (("forward", 1), ("backward", -1)):
+        paths = []
+        for b in range(4):
+            path = tmp_path / f"{name}-{b}.arrow"
+            assert write_sort_bucket(path, pieces[b][::order]) == int((owner == b).sum())
+            paths.append(path)
+        outputs[name] = pa.Table.from_batches(list(iter_sorted_buckets(paths)))
+    assert outputs["forward"].equals(outputs["backward"])
+    assert outputs["forward"].column_names == SCHEMA.names
+    expected = np.argsort(keys, kind="stable")
+    got = outputs["forward"].column("input_ids").combine_chunks().flatten().to_numpy()[:: SEQ_LEN + 1]
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_manifest_is_valid_json_with_the_format_layout(tmp_path):
+    write_shards(batches(10, 10), 10, SCHEMA, tmp_path, BASE_MANIFEST, target_bytes=10**9)
+    data = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    assert set(data) == {"format_version", "task", "params", "vocab", "schema", "shards", "totals"}
+    assert set(data["shards"][0]) == {"file", "examples", "tokens", "bytes", "sha256"}
