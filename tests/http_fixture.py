@@ -9,6 +9,7 @@ bomb), /image (wrong content type), /private/... (robots.txt disallow), /latin1-
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import tarfile
 import threading
@@ -42,6 +43,12 @@ def extract_pages(shared_data: Path, dest: Path, count: int = 30, min_bytes: int
     return pages
 
 
+@functools.cache
+def gzip_bomb() -> bytes:
+    """50 MB of zeros in ~50 KB of gzip."""
+    return gzip.compress(b"\0" * 50_000_000, compresslevel=9)
+
+
 class LocalServer:
     """Threaded HTTP server; ``hits`` counts requests per path, ``user_agents`` records who asked,
     ``max_in_flight`` the most requests handled at once; ``latency_s`` delays every reply."""
@@ -54,7 +61,6 @@ class LocalServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.lock = threading.Lock()
-        self.bomb = gzip.compress(b"\0" * 50_000_000, compresslevel=9)
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -81,7 +87,7 @@ class LocalServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -141,7 +147,7 @@ class LocalServer:
             elif head == "image":
                 self.send(h, 200, b"\x89PNG\r\n\x1a\n" + b"\0" * 1000, "image/png")
             elif head == "bomb":
-                self.send(h, 200, self.bomb, headers={"Content-Encoding": "gzip"})
+                self.send(h, 200, gzip_bomb(), headers={"Content-Encoding": "gzip"})
             elif head == "latin1-declared-utf8":
                 self.send(h, 200, LATIN1_PAGE, "text/html; charset=utf-8")
             elif head == "unknown-charset":

@@ -1,0 +1,186 @@
+"""The fetcher against a real HTTP server on 127.0.0.1: faults, SSRF refusals, politeness, WARC."""
+from __future__ import annotations
+
+import asyncio
+import gzip
+import time
+from pathlib import Path
+
+import pytest
+from http_fixture import LocalServer, extract_pages
+
+from corpora.warc import Capture, WarcFile, index_warcs, iter_captures, read_capture
+from corpusforge.config import FetchConfig
+from pipeline.fetch import AddressPolicy, BlockedAddress, Fetcher, SafeResolver, decode_body, decode_page, html_to_text
+
+FAST = dict(per_host_delay_s=0.0, per_host_concurrency=16, concurrency=16, connect_timeout_s=2, read_timeout_s=1.0,
+            total_timeout_s=2.5, url_deadline_s=5, max_body_bytes=2_000_000, max_decoded_bytes=5_000_000,
+            backoff_s=0.1, retries=2)
+
+
+@pytest.fixture(scope="module")
+def pages(shared_data, tmp_path_factory) -> dict[str, bytes]:
+    return extract_pages(shared_data, tmp_path_factory.mktemp("pages"), count=6)
+
+
+@pytest.fixture()
+def server(pages):
+    with LocalServer(pages) as running:
+        yield running
+
+
+def fetch(urls: list[str], **overrides: object) -> list[Capture]:
+    config = FetchConfig(**{**FAST, "allow_networks": ["127.0.0.1/32"], **overrides})
+
+    async def run() -> list[Capture]:
+        fetcher = Fetcher(config)
+        try:
+            return await fetcher.fetch_all(urls)
+        finally:
+            await fetcher.close()
+
+    return asyncio.run(run())
+
+
+def test_real_pages_plain_gzip_and_redirected(server, pages):
+    name = next(iter(pages))
+    plain, zipped, moved = fetch([server.url(f"/page/{name}"), server.url(f"/gzip/{name}"), server.url(f"/moved/{name}")])
+    assert (plain.status, plain.reason, plain.body) == (200, "", pages[name])
+    assert zipped.header("Content-Encoding") == "gzip" and decode_body(zipped, 10**7) == (pages[name], "")
+    assert moved.url == server.url(f"/moved/{name}") and moved.final_url == server.url(f"/page/{name}")
+    assert moved.body == pages[name] and moved.ip == "127.0.0.1"
+    assert server.user_agents == {"corpusforge/0.1 (+https://github.com/corpusforge)"}
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("/private/secret", "robots_disallowed"),
+        ("/broken/x", "http_error"),
+        ("/missing", "http_error"),
+        ("/loop/0", "too_many_redirects"),
+        ("/to-private", "ssrf_blocked"),
+        ("/to-metadata", "ssrf_blocked"),
+        ("/image", "content_type"),
+        ("/huge", "too_large"),
+        ("/slow", "timeout"),
+        ("/stall", "timeout"),
+    ],
+)
+def test_fault_endpoints_end_with_their_reason(server, path, reason):
+    started = time.monotonic()
+    (capture,) = fetch([server.url(path)])
+    assert capture.reason == reason, capture.detail
+    assert time.monotonic() - started < 6  # every loop is bounded
+    if path == "/to-metadata":
+        assert "169.254.169.254" in capture.detail and server.hits["/to-metadata"] == 1
+    if path == "/loop/0":
+        assert sum(n for p, n in server.hits.items() if p.startswith("/loop/")) == 6  # first + 5 redirects
+
+
+def test_retries_are_bounded_and_recover(server):
+    flaky, limited, broken = fetch([server.url("/flaky/a"), server.url("/ratelimit/a"), server.url("/broken/b")])
+    assert (flaky.status, flaky.reason) == (200, "") and server.hits["/flaky/a"] == 2
+    assert (limited.status, limited.reason) == (200, "") and server.hits["/ratelimit/a"] == 2
+    assert broken.reason == "http_error" and server.hits["/broken/b"] == 3  # 1 + retries
+
+
+def test_retry_after_is_honoured_but_capped(server):
+    started = time.monotonic()
+    fetch([server.url("/ratelimit/b")])
+    assert time.monotonic() - started >= 1.0  # Retry-After: 1
+    started = time.monotonic()
+    (capture,) = fetch([server.url("/ratelimit/c")], max_retry_after_s=0.2)
+    assert capture.reason == "" and time.monotonic() - started < 1.0
+
+
+def test_loopback_refused_without_allow_option(server, pages):
+    name = next(iter(pages))
+    by_ip, by_name = fetch([server.url(f"/page/{name}"), f"http://localhost:{server.port}/page/{name}"], allow_networks=[])
+    assert by_ip.reason == "ssrf_blocked" and by_name.reason == "ssrf_blocked"
+    assert server.hits == {}  # nothing, not even robots.txt, reached the server
+
+
+def test_redirect_to_named_loopback_refused_when_only_the_ip_literal_is_allowed(server):
+    (capture,) = fetch([server.url("/to-localhost")], allow_networks=[], allow_hosts=["127.0.0.1"])
+    assert capture.reason == "ssrf_blocked" and "localhost" in capture.detail
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["127.0.0.1", "10.0.0.1", "172.16.5.4", "192.168.1.1", "169.254.169.254", "0.0.0.0", "224.0.0.1", "240.0.0.1",
+     "100.64.0.1", "::1", "::", "fe80::1", "fc00::1", "ff02::1", "::ffff:127.0.0.1", "::ffff:169.254.169.254"],
+)
+def test_policy_refuses_non_public_addresses(address):
+    with pytest.raises(BlockedAddress):
+        AddressPolicy().check("h", address)
+
+
+def test_policy_allows_public_and_explicit_exceptions():
+    AddressPolicy().check("h", "93.184.216.34")
+    AddressPolicy().check("h", "2606:2800:220:1:248:1893:25c8:1946")
+    AddressPolicy(allow_networks=["10.0.0.0/8"]).check("h", "10.1.2.3")
+    AddressPolicy(allow_hosts=["intranet"]).check("INTRANET", "10.1.2.3")
+    with pytest.raises(BlockedAddress):
+        AddressPolicy(allow_networks=["10.0.0.0/8"]).check("h", "169.254.169.254")
+
+
+def test_resolver_refuses_names_with_private_answers():
+    async def resolve() -> None:
+        resolver = SafeResolver(AddressPolicy())
+        try:
+            await resolver.resolve("localhost", 80)
+        finally:
+            await resolver.close()
+
+    with pytest.raises(BlockedAddress):
+        asyncio.run(resolve())
+
+
+def test_global_and_per_host_limits(pages):
+    name = next(iter(pages))
+    with LocalServer(pages, latency_s=0.15) as slow:
+        urls = [slow.url(f"/page/{name}?n={i}") for i in range(12)]
+        fetch(urls, concurrency=8, per_host_concurrency=3)
+        assert slow.max_in_flight <= 3
+        slow.max_in_flight = 0
+        fetch(urls, concurrency=2, per_host_concurrency=8)
+        assert slow.max_in_flight <= 2
+    with LocalServer(pages) as polite:
+        started = time.monotonic()
+        fetch([polite.url(f"/page/{name}?n={i}") for i in range(4)], per_host_delay_s=0.2)
+        assert time.monotonic() - started >= 0.2 * 4  # robots.txt + 4 pages, 0.2 s apart
+
+
+def test_decompression_bomb_and_charsets(server):
+    bomb, declared, unknown = fetch([server.url("/bomb"), server.url("/latin1-declared-utf8"), server.url("/unknown-charset")])
+    assert len(bomb.body) < 100_000 and decode_page(bomb, 5_000_000) == (None, "decompression_bomb")
+    for capture in (declared, unknown):
+        html, reason = decode_page(capture, 5_000_000)
+        assert reason == "" and "Le café crème coûte" in html  # type: ignore[operator]
+    assert html_to_text('<meta charset="windows-1251"><p>Привет'.encode("cp1251"), "text/html")[0].endswith("Привет")
+    assert decode_body(Capture(url="u", headers=(("Content-Encoding", "br"),), body=b"x"), 100) == (None, "bad_encoding")
+    assert decode_body(Capture(url="u", headers=(("Content-Encoding", "gzip"),), body=gzip.compress(b"a" * 101)), 100) \
+        == (None, "decompression_bomb")
+
+
+def test_warc_round_trip_of_pages_and_failures(server, pages, tmp_path):
+    name = next(iter(pages))
+    captures = fetch([server.url(f"/gzip/{name}"), server.url(f"/moved/{name}"), server.url("/to-metadata")])
+    with WarcFile(tmp_path / "a.warc.gz") as warc:
+        written = [warc.write(c) for c in captures]
+    assert [p.name for p in tmp_path.iterdir()] == ["a.warc.gz"]  # no temporary file left behind
+    replayed = list(iter_captures(tmp_path / "a.warc.gz"))
+    assert [(c.url, c.final_url, c.status, c.reason, c.body, c.record_id) for c in replayed] == \
+        [(c.url, c.final_url, c.status, c.reason, c.body, c.record_id) for c in written]
+    index = index_warcs(tmp_path)
+    assert set(index) == {c.url for c in captures}
+    assert decode_body(read_capture(*index[server.url(f"/gzip/{name}")]), 10**7) == (pages[name], "")
+
+
+def test_failed_warc_write_leaves_nothing(tmp_path: Path):
+    with pytest.raises(RuntimeError):
+        with WarcFile(tmp_path / "b.warc.gz") as warc:
+            warc.write(Capture(url="http://x/", reason="timeout"))
+            raise RuntimeError("worker died")
+    assert list(tmp_path.iterdir()) == []
