@@ -37,5 +37,7 @@ def sample_text(text: str, windows: int = WINDOWS, window_chars: int = WINDOW_CH
         window = text[start : start + window_chars]
         if start > 0:  # drop the partial first word
             window = window.partition(" ")[2]
-        parts.append(window.rpartition(" ")[0] or window)
+        if start + window_chars < len(text):  # and the partial last word
+            window = window.rpartition(" ")[0] or window
+        parts.append(window)
     return "\n".join(parts)

@@ -1,0 +1,89 @@
+"""Text normalisation, duplicate keys and language identification."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from corpora.books import read_books
+from corpora.clean import dedup_key, normalize_text, word_count
+from corpora.document import Document
+from corpora.language import detect_language, sample_text
+
+
+def test_normalize_repairs_mojibake_and_keeps_the_authors_punctuation() -> None:
+    broken = "The cafÃ© was â€œopenâ€\x9d."  # UTF-8 read as Windows-1252
+    assert normalize_text(broken) == "The café was “open”."
+    assert normalize_text(broken, fix_unicode=False) == "The cafÃ© was â€œopenâ€."  # C1 control dropped
+    assert normalize_text("“Well—yes,” he said…") == "“Well—yes,” he said…"
+
+
+def test_normalize_whitespace_and_control_characters() -> None:
+    text = "  First\tline\r\nstill   first.\x00\x07\n\n\n \n Second\u00a0para\u200bgraph with soft\u00adhyphen.\ufeff\n\n\n"
+    assert normalize_text(text) == "First line still first.\n\nSecond paragraph with softhyphen."
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=400))
+def test_normalize_is_idempotent_and_well_formed(text: str) -> None:
+    once = normalize_text(text)
+    assert normalize_text(once) == once
+    assert once == once.strip()
+    assert "\n\n\n" not in once and "\r" not in once and "  " not in once
+    assert all(p.strip() == p and p for p in once.split("\n\n")) if once else True
+
+
+def test_word_count() -> None:
+    assert word_count("") == 0
+    assert word_count("One two\n\nthree  four-five.") == 4
+
+
+def test_dedup_key_ignores_case_spacing_punctuation_and_compatibility_forms() -> None:
+    a = "It was the best of times, it was the worst of times.\n\nChapter II"
+    b = "IT WAS THE BEST OF TIMES -- it was the worst of times!\nchapter   ii"
+    c = "It was the best of times; it was the ﬁrst of times."  # ligature fi, different word
+    assert dedup_key(a) == dedup_key(b)
+    assert dedup_key(a) != dedup_key(c)
+    assert dedup_key("ﬁne") == dedup_key("fine")
+    assert len(dedup_key(a)) == 40 and int(dedup_key(a), 16) >= 0
+
+
+def test_bundled_duplicate_shares_a_key(samples: Path) -> None:
+    docs = [d for d in read_books(samples / "books") if isinstance(d, Document)]
+    keys = [dedup_key(normalize_text(d.text)) for d in docs]
+    assert len(set(keys)) == len(keys) - 1
+
+
+@pytest.fixture(scope="module")
+def shared_docs(shared_data: Path) -> list[Document]:
+    return [d for d in read_books(shared_data / "books") if isinstance(d, Document)]
+
+
+def test_shared_books_language(shared_docs: list[Document]) -> None:
+    for doc in shared_docs:
+        lang, probability = detect_language(doc.text)
+        expected = "fr" if doc.meta["file"].startswith("fr/") else "en"
+        assert lang == expected, (doc.meta["file"], lang, probability)
+        assert 0.9 <= probability <= 1.0
+
+
+def test_language_of_short_texts_and_bundled_french(samples: Path) -> None:
+    assert detect_language("Le chat dort sur le canapé pendant que la pluie tombe.")[0] == "fr"
+    assert detect_language("Der Hund schläft im Garten, weil die Sonne scheint.")[0] == "de"
+    lang, probability = detect_language("The cat sleeps on the sofa while the rain falls outside.")
+    assert lang == "en" and 0.0 <= probability <= 1.0
+    docs = {d.meta["file"]: d for d in read_books(samples / "books") if isinstance(d, Document)}
+    assert detect_language(docs["fr/le_jardin_du_meunier.txt"].text)[0] == "fr"
+    assert detect_language(docs["a_winter_in_montreuil.txt"].text)[0] == "en"  # French names, English prose
+
+
+def test_sample_text_is_bounded_and_spread_over_the_text() -> None:
+    text = " ".join(f"w{i}" for i in range(100_000))
+    sample = sample_text(text, windows=5, window_chars=1000)
+    assert len(sample) <= 5 * 1000 + 4
+    assert sample.startswith("w0 ") and sample.endswith(" w99999")
+    words = set(text.split())
+    assert all(word in words for word in sample.split())  # whole words only, never a cut one
+    assert sample_text("short text") == "short text"
