@@ -1,0 +1,94 @@
+"""Sentence splitting: tricky English cases, paragraph boundaries, real books, and coverage properties."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from corpora.books import read_book
+from corpora.document import Document
+from corpora.sentences import split_sentences
+
+TRICKY = [
+    # blingfire alone joins these: a sentence that starts with a title or initials
+    ("He came in at last. Dr. Seward followed him.", ["He came in at last.", "Dr. Seward followed him."]),
+    ("It was fine. J. R. R. Tolkien wrote it in 1937.", ["It was fine.", "J. R. R. Tolkien wrote it in 1937."]),
+    ("“Stop!” Mr. Darcy cried.", ["“Stop!”", "Mr. Darcy cried."]),
+    # blingfire alone splits these: an abbreviation before a capital
+    ("Dr. Seward and St. John shut the door. Capt. Hardy said nothing.",
+     ["Dr. Seward and St. John shut the door.", "Capt. Hardy said nothing."]),
+    ("The Rev. Mr. Collins arrived on Monday. He stayed until Saturday.",
+     ["The Rev. Mr. Collins arrived on Monday.", "He stayed until Saturday."]),
+    ("Version 2.0 was released in Oct. 2004. Version 3.0 followed.", ["Version 2.0 was released in Oct. 2004.", "Version 3.0 followed."]),
+    ("Mrs. P. used to come up and say so.", ["Mrs. P. used to come up and say so."]),
+    # things no splitter should break
+    ("The price was 3.5 dollars, e.g. cheap, i.e. fine. It sold.", ["The price was 3.5 dollars, e.g. cheap, i.e. fine.", "It sold."]),
+    ("The U.S. Navy commissioned her in 1943. She served until 1946.",
+     ["The U.S. Navy commissioned her in 1943.", "She served until 1946."]),
+    ("I heard his very last words.... I stopped in a fright.", ["I heard his very last words....", "I stopped in a fright."]),
+    ("“What do you mean?” said Mr. Darcy. “Nothing!” she cried.", ["“What do you mean?” said Mr. Darcy.", "“Nothing!” she cried."]),
+    ("Washington, D.C. is the capital. It lies on the Potomac.", ["Washington, D.C. is the capital.", "It lies on the Potomac."]),
+    ("See Fig. 3 and No. 7 for details. Then stop.", ["See Fig. 3 and No. 7 for details.", "Then stop."]),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), TRICKY)
+def test_tricky_cases(text: str, expected: list[str]) -> None:
+    assert split_sentences(text) == expected
+
+
+def test_paragraph_boundary_is_always_a_sentence_boundary() -> None:
+    text = "The first paragraph has no final stop\n\nand this lowercase one continues it. Two.\n\n\n\nMr.\n\nSmith"
+    assert split_sentences(text) == [
+        "The first paragraph has no final stop", "and this lowercase one continues it.", "Two.", "Mr.", "Smith",
+    ]
+
+
+def test_empty_and_blank_inputs() -> None:
+    assert split_sentences("") == []
+    assert split_sentences(" \n\n \t \n") == []
+    assert split_sentences("One") == ["One"]
+
+
+def test_real_book_has_no_sentence_ending_in_a_title(shared_data: Path) -> None:
+    root = shared_data / "books" / "en"
+    doc = read_book(root / "Pride_and_Prejudice_JaneAusten.txt", root)
+    assert isinstance(doc, Document)
+    sentences = split_sentences(doc.text)
+    assert 4000 < len(sentences) < 8000  # about one sentence per 20 words in Austen
+    titles = re.compile(r"(?:^|\s)(?:Mr|Mrs|Dr|St|Col)\.$")
+    assert not [s for s in sentences if titles.search(s)]
+    assert "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife." in sentences
+
+
+def _non_space(text: str) -> str:
+    return "".join(text.split())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(blacklist_categories=("Cs",)), max_size=400))
+def test_sentences_cover_the_input_in_order_and_are_never_empty(text: str) -> None:
+    sentences = split_sentences(text)
+    assert all(s and s == s.strip() for s in sentences)
+    assert _non_space("".join(sentences)) == _non_space(text)
+
+
+SENTENCE = st.builds(
+    lambda words, end: " ".join(words).capitalize() + end,
+    st.lists(st.sampled_from(["mr.", "dr.", "st.", "the", "ship", "3.5", "e.g.", "j.", "u.s.", "“yes,”", "said", "she"]),
+             min_size=1, max_size=12),
+    st.sampled_from([".", "!", "?", "...", ".”", ""]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(SENTENCE, min_size=1, max_size=5).map(" ".join), min_size=1, max_size=5))
+def test_abbreviation_heavy_paragraphs_keep_paragraph_boundaries(paragraphs: list[str]) -> None:
+    text = "\n\n".join(paragraphs)
+    sentences = split_sentences(text)
+    assert _non_space("".join(sentences)) == _non_space(text)
+    # no sentence straddles a paragraph break: the document splits exactly as its paragraphs do
+    assert sentences == [s for paragraph in paragraphs for s in split_sentences(paragraph)]
