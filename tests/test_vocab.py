@@ -1,0 +1,125 @@
+"""Vocabulary training: files load in transformers' BERT/GPT-2 tokenizers and behave like ours."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import BertTokenizerFast, GPT2TokenizerFast
+
+from corpora.document import Document
+from corpora.gutenberg import strip_gutenberg
+from corpusforge.config import VocabConfig
+from pipeline.documents_io import documents_table, write_table_atomic
+from pipeline.vocab import load_tokenizer, sample_documents, train_bpe, train_vocab_from_documents, train_wordpiece, vocab_manifest, vocab_sha256
+
+TRAIN_BOOKS = ["11-0.txt", "35-0.txt", "43-0.txt"]
+HELD_OUT_BOOK = "46-0.txt"
+
+
+def book_text(shared: Path, name: str) -> str:
+    return strip_gutenberg((shared / "books" / "en" / name).read_text(encoding="utf-8-sig").replace("\r\n", "\n"))
+
+
+@pytest.fixture(scope="module")
+def train_texts(shared_data) -> list[str]:
+    return [book_text(shared_data, name) for name in TRAIN_BOOKS]
+
+
+@pytest.fixture(scope="module")
+def held_out(shared_data) -> list[str]:
+    paragraphs = [p for p in book_text(shared_data, HELD_OUT_BOOK).split("\n\n") if p.strip()]
+    return paragraphs[:400] + ["Café naïve résumé — Ünïcödé façade", "日本語のテキスト and 中文", "emoji 🙂 tabs\tand  spaces"]
+
+
+@pytest.fixture(scope="module")
+def wordpiece_dir(train_texts, tmp_path_factory) -> Path:
+    return train_wordpiece(train_texts, tmp_path_factory.mktemp("wordpiece"), vocab_size=6000)
+
+
+@pytest.fixture(scope="module")
+def bpe_dir(train_texts, tmp_path_factory) -> Path:
+    return train_bpe(train_texts, tmp_path_factory.mktemp("bpe"), vocab_size=6000)
+
+
+def test_wordpiece_layout_matches_bert_base_uncased(wordpiece_dir, shared_data):
+    ours = (wordpiece_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    reference = (shared_data / "vocab" / "bert-base-uncased" / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert ours[:104] == reference[:104]  # [PAD], [unused0..98], [UNK], [CLS], [SEP], [MASK]
+    assert len(ours) == len(set(ours)) == 6000
+    assert any(token.startswith("##") for token in ours)
+    info = vocab_manifest(wordpiece_dir)
+    assert info["kind"] == "wordpiece" and info["size"] == 6000
+    assert info["special_ids"] == {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_bert_tokenizer_fast_tokenizes_like_our_tokenizer_json(train_texts, held_out, tmp_path, lowercase):
+    directory = train_wordpiece([t[:150_000] for t in train_texts], tmp_path, vocab_size=3000, lowercase=lowercase)
+    ours = load_tokenizer(directory)
+    theirs = BertTokenizerFast(str(directory / "vocab.txt"), do_lower_case=lowercase)  # positional: v4 vocab_file, v5 vocab
+    for text in held_out:
+        assert theirs(text)["input_ids"] == ours.encode(text).ids
+    pair = ours.encode("First part.", "Second part.")
+    assert pair.ids == theirs("First part.", "Second part.")["input_ids"]
+    assert pair.type_ids == theirs("First part.", "Second part.")["token_type_ids"]
+    assert ours.normalizer.normalize_str("Éclair") == ("eclair" if lowercase else "Éclair")
+
+
+def test_bpe_files_match_the_gpt2_layout(bpe_dir):
+    vocab = json.loads((bpe_dir / "vocab.json").read_text(encoding="utf-8"))
+    assert vocab["<|endoftext|>"] == max(vocab.values()) == len(vocab) - 1 == 5999
+    merges = (bpe_dir / "merges.txt").read_text(encoding="utf-8").splitlines()
+    assert merges[0].startswith("#version") and len(merges) - 1 == len(vocab) - 1 - 256
+    assert vocab_manifest(bpe_dir)["special_ids"] == {"eot": 5999}
+
+
+@pytest.fixture(scope="module")
+def gpt2_pair(bpe_dir):
+    return GPT2TokenizerFast(str(bpe_dir / "vocab.json"), str(bpe_dir / "merges.txt")), load_tokenizer(bpe_dir)
+
+
+@given(st.text(max_size=200))
+@settings(max_examples=150, deadline=None)
+def test_gpt2_tokenizer_fast_round_trips_any_text_byte_exactly(gpt2_pair, text):
+    theirs, ours = gpt2_pair
+    ids = theirs(text)["input_ids"]
+    assert ids == ours.encode(text).ids
+    assert theirs.decode(ids, clean_up_tokenization_spaces=False).encode("utf-8", "surrogatepass") == text.encode("utf-8", "surrogatepass")
+
+
+def test_small_corpus_stops_early_and_reports_the_actual_size(tmp_path):
+    texts = ["the cat sat on the mat. the dog sat on the log."] * 5
+    wordpiece = vocab_manifest(train_wordpiece(texts, tmp_path / "wp"))
+    bpe = vocab_manifest(train_bpe(texts, tmp_path / "bpe"))
+    assert 104 < wordpiece["size"] < 30522
+    assert 257 < bpe["size"] < 50257 and bpe["special_ids"]["eot"] == bpe["size"] - 1
+
+
+@given(st.lists(st.text("abc", min_size=1, max_size=5), unique=True, max_size=40), st.floats(0.0, 1.0), st.integers(1, 60), st.integers(0, 5))
+@settings(max_examples=200, deadline=None)
+def test_sample_is_deterministic_and_bounded(ids, rate, max_bytes, seed):
+    docs = [(doc_id, doc_id * 3) for doc_id in ids]
+    sample = list(sample_documents(docs, rate, max_bytes, seed))
+    assert sample == list(sample_documents(iter(docs), rate, max_bytes, seed))
+    assert sum(map(len, sample[:-1])) < max_bytes
+    everything = list(sample_documents(docs, rate, 10**9, seed))
+    assert sample == everything[: len(sample)]
+    if rate == 1.0:
+        assert everything == [text for _, text in docs]
+
+
+def test_train_vocab_from_documents_samples_the_parquet_files(shared_data, tmp_path):
+    docs = [Document(id=name, source="books", title=name, text=book_text(shared_data, name)[:200_000]) for name in TRAIN_BOOKS]
+    paths = [Path(write_table_atomic(documents_table(docs[:2]), str(tmp_path / "a.parquet"))), Path(write_table_atomic(documents_table(docs[2:]), str(tmp_path / "b.parquet")))]
+    cfg = VocabConfig(wordpiece_vocab_size=2000, bpe_vocab_size=2000, sample_bytes=350_000)
+    dirs = train_vocab_from_documents(paths, tmp_path / "vocab", cfg)
+    assert set(dirs) == {"wordpiece", "bpe"}
+    assert vocab_manifest(dirs["wordpiece"])["size"] == 2000 and vocab_manifest(dirs["bpe"])["size"] == 2000
+    first = vocab_sha256(dirs["bpe"])
+    again = train_vocab_from_documents(paths, tmp_path / "again", cfg.model_copy(update={"kinds": ["bpe"]}))
+    assert vocab_sha256(again["bpe"]) == first  # same sample, same vocabulary
+    (again["bpe"] / "merges.txt").write_text("#version: 0.2\n", encoding="utf-8")
+    assert vocab_sha256(again["bpe"]) != first
