@@ -45,7 +45,7 @@ def banding(cfg: NearDedupConfig) -> tuple[int, int]:
         if cfg.bands * cfg.rows > cfg.num_perm:
             raise ValueError(f"bands x rows = {cfg.bands * cfg.rows} exceeds num_perm = {cfg.num_perm}")
         return cfg.bands, cfg.rows
-    return lsh_params(cfg.threshold, cfg.num_perm)
+    return lsh_params(cfg.threshold, cfg.num_perm, 1.0 - cfg.false_negative_weight, cfg.false_negative_weight)
 
 
 class _BandKeys(beam.DoFn):

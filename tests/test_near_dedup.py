@@ -1,0 +1,154 @@
+"""NearDedup and WikipediaRemoval as real Beam pipelines on near-duplicates built from real book text."""
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from corpora.document import Document, make_id
+from corpusforge.config import NearDedupConfig
+from pipeline.near_dedup import NearDedup, on_wikipedia, wikipedia_removal
+
+
+@pytest.fixture(scope="module")
+def words(shared_data) -> list[str]:
+    return (shared_data / "books" / "en" / "1155-0.txt").read_text(encoding="utf-8").split()
+
+
+@pytest.fixture(scope="module")
+def other_words(shared_data) -> list[str]:
+    return (shared_data / "books" / "en" / "43-0.txt").read_text(encoding="utf-8").split()
+
+
+def doc(key: str, text: str, url: str = "") -> Document:
+    return Document(make_id("webtext", key), "webtext", key, text, url)
+
+
+@pytest.fixture(scope="module")
+def corpus(words, other_words) -> dict[str, Document]:
+    """A chain A~B~C~D~E (each a 500-word window shifted by 25 words: neighbours share ~90% of their
+    5-grams, A and E only ~65%), C a little longer so it must be the representative; an exact pair;
+    a pair at Jaccard ~0.6 (a candidate at most, never a duplicate); and unrelated documents."""
+    docs = {}
+    for i, name in enumerate("ABCDE"):
+        text = " ".join(words[i * 25 : i * 25 + 500])
+        docs[name] = doc(name, text + (" a closing line of twelve more words makes this the longest one" if name == "C" else ""))
+    twin = " ".join(words[3000:3400])
+    docs["X1"], docs["X2"] = doc("X1", twin), doc("X2", twin)
+    docs["H1"] = doc("H1", " ".join(words[5000:5400]))
+    docs["H2"] = doc("H2", " ".join(words[5100:5500]))  # shares 300 of 400 words: Jaccard ~0.6
+    for i in range(4):
+        docs[f"U{i}"] = doc(f"U{i}", " ".join(other_words[2000 + i * 600 : 2000 + i * 600 + 450]))
+    return docs
+
+
+def options(mode: str = "in_memory") -> PipelineOptions:
+    flags = {"direct_num_workers": 2} if mode == "multi_processing" else {}
+    return PipelineOptions([], runner="DirectRunner", direct_running_mode=mode, **flags)
+
+
+def write_sorted(pcoll: beam.PCollection, path: Path) -> None:
+    """Results come back through a file: DoFns are pickled, even in memory, so no list can collect them."""
+    (
+        pcoll
+        | "All" >> beam.combiners.ToList()
+        | "Join" >> beam.Map(lambda rows: "\n".join(sorted(rows)))
+        | "Write" >> beam.io.WriteToText(str(path), shard_name_template="")
+    )
+
+
+# 32 bands x 4 rows make the Jaccard-0.6 pair H1/H2 a candidate (P = 0.99): only verification separates it.
+LOOSE_BANDS = NearDedupConfig(bands=32, rows=4, max_component_rounds=2)
+
+
+def run_near_dedup(docs: list[Document], cfg: NearDedupConfig, tmp: Path, mode: str = "in_memory") -> list[tuple[str, ...]]:
+    """Sorted rows ("kept", id) and (reason, id, detail) of a NearDedup run."""
+    path = tmp / f"out-{mode}-{uuid.uuid4().hex}.txt"
+    with beam.Pipeline(options=options(mode)) as p:
+        out = p | beam.Create(docs) | NearDedup(cfg)
+        rows = (
+            out.kept | "K" >> beam.Map(lambda d: f"kept\t{d.id}"),
+            out.rejects | "R" >> beam.Map(lambda r: f"{r.reason}\t{r.id}\t{r.detail}"),
+        ) | beam.Flatten()
+        write_sorted(rows, path)
+    return [tuple(line.split("\t")) for line in path.read_text().splitlines()]
+
+
+def split(rows: list[tuple[str, ...]]) -> tuple[list[str], dict[str, tuple[str, str]]]:
+    kept = [r[1] for r in rows if r[0] == "kept"]
+    return kept, {r[1]: (r[0], r[2]) for r in rows if r[0] != "kept"}
+
+
+@pytest.fixture(scope="module")
+def in_memory_rows(corpus, tmp_path_factory) -> list[tuple[str, ...]]:
+    return run_near_dedup(list(corpus.values()), LOOSE_BANDS, tmp_path_factory.mktemp("nd"))
+
+
+def test_chain_cluster_exact_pair_and_negatives(corpus, in_memory_rows):
+    kept, rejects = split(in_memory_rows)
+    assert len(kept) + len(rejects) == len(corpus)  # every document accounted for
+    c = corpus["C"].id
+    for name in "ABDE":  # A and E are far apart; only the chain connects them to C
+        assert rejects[corpus[name].id] == ("near_duplicate", c)
+    assert c in kept
+    x1, x2 = sorted([corpus["X1"].id, corpus["X2"].id])  # equal length: the smaller id represents
+    assert x1 in kept and rejects[x2] == ("near_duplicate", x1)
+    for name in ["H1", "H2", "U0", "U1", "U2", "U3"]:
+        assert corpus[name].id in kept
+
+
+def test_unconverged_components_fall_back_to_exact(corpus, in_memory_rows, tmp_path):
+    """With no propagation round at all, the exact pass over the residual label graph gives the same clusters."""
+    cfg = LOOSE_BANDS.model_copy(update={"max_component_rounds": 0})
+    assert run_near_dedup(list(corpus.values()), cfg, tmp_path) == in_memory_rows
+
+
+def test_same_output_in_memory_and_multi_processing(corpus, in_memory_rows, tmp_path):
+    assert run_near_dedup(list(corpus.values()), LOOSE_BANDS, tmp_path, mode="multi_processing") == in_memory_rows
+
+
+def test_without_verification_the_candidate_is_a_duplicate(corpus, tmp_path):
+    """The same banding without verification links H1/H2, which the verified run keeps apart."""
+    cfg = LOOSE_BANDS.model_copy(update={"verify": False, "max_component_rounds": 1})
+    kept, rejects = split(run_near_dedup([corpus["H1"], corpus["H2"]], cfg, tmp_path))
+    assert len(kept) == 1 and list(rejects.values()) == [("near_duplicate", kept[0])]
+
+
+def test_on_wikipedia_hosts():
+    domains = NearDedupConfig().wikipedia_domains
+    assert on_wikipedia("https://en.m.wikipedia.org/wiki/Lyon", domains)
+    assert on_wikipedia("http://www.wikiwand.com/en/Lyon", domains)
+    assert not on_wikipedia("https://notwikipedia.org/x", domains)
+    assert not on_wikipedia("https://example.com/wikipedia.org", domains)
+
+
+def test_wikipedia_removal_both_reasons(words, other_words, tmp_path):
+    article = " ".join(other_words[5000:5600])
+    wiki = [
+        Document(make_id("wikipedia", "Article"), "wikipedia", "Article", article, "https://en.wikipedia.org/wiki/Article"),
+        Document(make_id("wikipedia", "Other"), "wikipedia", "Other", " ".join(words[9000:9500])),
+    ]
+    header = "Home | News | About us | Contact | Subscribe to our newsletter today"
+    web = [
+        doc("on-wiki", " ".join(words[100:400]), "https://en.wikipedia.org/wiki/Something"),
+        doc("mirror", " ".join(words[500:800]), "https://www.wikiwand.com/en/Something"),
+        doc("copy", f"{header}\n\n{article}\n\nCopyright 2019 all rights reserved", "https://blog.example.com/post"),
+        doc("own", " ".join(words[20000:20400]), "https://example.org/essay"),
+    ]
+    path = tmp_path / "wiki.txt"
+    with beam.Pipeline(options=options()) as p:
+        out = wikipedia_removal(p | "Web" >> beam.Create(web), p | "Wiki" >> beam.Create(wiki))
+        rows = (
+            out.kept | "K" >> beam.Map(lambda d: f"kept\t{d.title}"),
+            out.rejects | "R" >> beam.Map(lambda r: f"{r.reason}\t{r.key}\t{r.detail}"),
+        ) | beam.Flatten()
+        write_sorted(rows, path)
+    assert path.read_text().splitlines() == [
+        "kept\town",
+        f"wikipedia_near_duplicate\thttps://blog.example.com/post\t{wiki[0].id}",
+        "wikipedia_url\thttps://en.wikipedia.org/wiki/Something\ten.wikipedia.org",
+        "wikipedia_url\thttps://www.wikiwand.com/en/Something\twww.wikiwand.com",
+    ]
