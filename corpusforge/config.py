@@ -69,9 +69,12 @@ class NearDedupConfig(Section):
     ngram: int = 5  # word n-gram shingles
     verify: bool = True  # exact Jaccard check of candidate pairs
     seed: int = 1
-    bands: int | None = None  # LSH bands x rows; None: datasketch's optimum for threshold and num_perm
+    # LSH bands x rows; None: datasketch's _optimal_param for threshold and num_perm with this weight on
+    # false negatives (1 - it on false positives): candidates are verified, so a false positive costs one comparison
+    false_negative_weight: float = 0.9
+    bands: int | None = None
     rows: int | None = None
-    max_component_rounds: int = 20  # min-label propagation rounds unrolled in the Beam graph
+    max_component_rounds: int = 8  # label propagation + pointer jumping rounds; the rest is resolved exactly
     wikipedia_domains: list[str] = Field(  # WebText docs on these hosts (and subdomains) are dropped
         default_factory=lambda: ["wikipedia.org", "wikiwand.com", "wikizero.com", "wiki2.org", "wikimili.com", "dbpedia.org"]
     )
