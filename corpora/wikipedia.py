@@ -4,7 +4,8 @@ A multistream dump is many bz2 streams concatenated, with an index of the byte o
 every stream; ``plan_ranges`` cuts it at stream boundaries so that Beam reads one dump on
 many workers, and ``read_range`` streams one range with bounded memory. Every ``<page>`` read
 becomes exactly one Document or Reject, and a corrupt or truncated file ends in one
-``corrupt_input`` Reject after the pages read before the damage, never an exception.
+``corrupt_input`` Reject after the pages read before the damage, never an exception. (A
+plain XML file cut exactly between two pages loses nothing read and reads as complete.)
 
 Ids are ``make_id("wikipedia", f"{dbname}:{page_id}")`` with the ``<dbname>`` of the dump's
 siteinfo (e.g. ``enwiki``), so they survive renaming the file; a dump without siteinfo falls
@@ -23,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Literal
+
+from tqdm import tqdm
 
 from corpora.document import Document, Reject, make_id
 from corpora.wikitext import wikitext_to_text
@@ -142,7 +145,11 @@ def build_multistream(src: Path, dst: Path, index: Path, pages_per_stream: int =
     dst_tmp = dst.with_name(f"{dst.name}.tmp-{uuid.uuid4().hex}")
     index_tmp = index.with_name(f"{index.name}.tmp-{uuid.uuid4().hex}")
     try:
-        with open(dst_tmp, "wb") as out, bz2.open(index_tmp, "wb") as index_out:
+        with (
+            open(dst_tmp, "wb") as out,
+            bz2.open(index_tmp, "wb") as index_out,
+            tqdm(desc=f"multistream {dst.name}", unit=" pages", disable=None) as progress,
+        ):
             pages: list[bytes] = []
 
             def flush_pages() -> None:
@@ -155,6 +162,7 @@ def build_multistream(src: Path, dst: Path, index: Path, pages_per_stream: int =
 
             for part, data in _dump_parts(Path(src)):
                 if part == "page":
+                    progress.update()
                     pages.append(data)
                     if len(pages) == pages_per_stream:
                         flush_pages()
@@ -215,8 +223,8 @@ def _xml_chunks(r: DumpRange) -> Iterator[bytes]:
         if r.kind == "plain":
             yield from iter(lambda: f.read(READ_BYTES), b"")
         elif r.kind == "bz2":
-            with bz2.open(f) as text:
-                yield from iter(lambda: text.read(READ_BYTES), b"")
+            # not bz2.open: its read() discards what it decompressed when the data is cut
+            yield from _decompress_streams(f, None)
         else:
             header, header_size = _first_stream(f)
             yield header
