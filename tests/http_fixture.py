@@ -113,7 +113,7 @@ class LocalServer:
         handler.wfile.write(body)
 
     def route(self, h: BaseHTTPRequestHandler, path: str, count: int) -> None:  # noqa: C901 (one branch per endpoint)
-        parts = path.strip("/").split("/")
+        parts = path.split("?", 1)[0].strip("/").split("/")
         head = parts[0]
         first_page = next(iter(self.pages.values()))
         try:
