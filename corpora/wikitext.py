@@ -46,8 +46,9 @@ _DROPPED = re.compile(
     r"<(%s)\b[^>]*?(?:/>|>.*?</\1\s*>)" % "|".join(DROPPED_TAGS), re.S | re.I
 )
 _TEMPLATE_PARAM = re.compile(r"\{\{\{[^{}]*\}\}\}")
-# Tokens of the nesting scan: template braces anywhere, table braces only at a line start.
-_NEST_TOKEN = re.compile(r"\{\{|\}\}|\{\||\|\}(?!\})")  # table tokens count at a line start only
+# Tokens of the nesting scan: template braces anywhere, table braces only at a line start
+# (checked in the scan); "|}}" is a template's empty last parameter, not a table end.
+_NEST_TOKEN = re.compile(r"\{\{|\}\}|\{\||\|\}(?!\})")
 _EXTERNAL_LINK = re.compile(r"\[(?:https?:|ftp:|mailto:|//)[^\s\[\]]*(?:[ \t]+([^\[\]\n]*))?\]", re.I)
 _BARE_URL_BRACKET = re.compile(r"\[(?:https?:|ftp:)//[^\s\]]*\]")
 # Innermost links: no "[[" or "]]" inside, single brackets allowed ("caption [sic]").
@@ -86,7 +87,7 @@ def wikitext_to_text(
     text = _BARE_URL_BRACKET.sub("", text)
     text = _EXTERNAL_LINK.sub(lambda m: m.group(1) or "", text)
     text = _rewrite_links(text, media)
-    text = _HEADING.sub(lambda m: f"\n\n{_HEADING_MARK}{len(m.group(1))}{m.group(2)}\n" if keep_headings else "\n", text)
+    text = _HEADING.sub(_mark_heading if keep_headings else "\n", text)
     text = _BOLD_ITALIC.sub("", text)
     text = _HTML_TAG.sub("", text)
     text = html.unescape(text)
@@ -99,6 +100,10 @@ def wikitext_to_text(
     for punctuation in ",.)":
         text = text.replace(f" {punctuation}", punctuation)
     return _paragraphs(text)
+
+
+def _mark_heading(m: re.Match[str]) -> str:
+    return f"\n\n{_HEADING_MARK}{len(m.group(1))}{m.group(2)}\n"
 
 
 def _drop_nested(text: str) -> str:
