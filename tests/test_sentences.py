@@ -24,6 +24,7 @@ TRICKY = [
      ["The Rev. Mr. Collins arrived on Monday.", "He stayed until Saturday."]),
     ("Version 2.0 was released in Oct. 2004. Version 3.0 followed.", ["Version 2.0 was released in Oct. 2004.", "Version 3.0 followed."]),
     ("Mrs. P. used to come up and say so.", ["Mrs. P. used to come up and say so."]),
+    ('"Who took it?" asked Dr. Van Helsing. "Nobody."', ['"Who took it?" asked Dr. Van Helsing.', '"Nobody."']),
     # things no splitter should break
     ("The price was 3.5 dollars, e.g. cheap, i.e. fine. It sold.", ["The price was 3.5 dollars, e.g. cheap, i.e. fine.", "It sold."]),
     ("The U.S. Navy commissioned her in 1943. She served until 1946.",
