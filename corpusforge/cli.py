@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 
 from corpusforge.config import load_config
@@ -38,6 +39,8 @@ def build(
     path = config or DEMO_CONFIG
     try:
         cfg = load_config(path, set_)
+    except ValidationError as error:
+        fail(f"{path}: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()))
     except (OSError, ValueError) as error:
         fail(f"{path}: {str(error).splitlines()[0] if str(error) else type(error).__name__}")
     try:

@@ -1,9 +1,6 @@
 """Apache Beam transforms and jobs that compose the corpora readers at any scale.
 
-Rules every transform here follows so the same graph runs on the DirectRunner, Dask, Flink, Spark and
-Dataflow (Beam 2.77's DaskRunner silently mishandles the first two):
-- no multi-output ParDo (``with_outputs``/``TaggedOutput``/``Partition``): tag elements and ``Filter``;
-- no extra positional/keyword arguments to ``Map``/``FlatMap``/``ParDo`` except side inputs: configure
-  ``DoFn`` instances through their constructor instead;
-- ids and random choices derive from content or (seed, document id), never from bundle or worker order.
+Every transform derives ids and random choices from content or (seed, document id), never from
+bundle or worker order, so outputs are identical on the DirectRunner, Dask (``pipeline.dask_runner``,
+Beam's runner with its branch and multi-output bugs fixed), Flink, Spark and Dataflow.
 """

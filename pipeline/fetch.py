@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import dataclasses
 import hashlib
 import ipaddress
 import logging
@@ -154,7 +155,7 @@ class Fetcher:
             if refusal is not None:
                 return Capture(url=url, final_url=current, reason=refusal[0], detail=refusal[1])
             capture = await self._request_with_retries(current, content_types, max_bytes)
-            capture = Capture(**{**{n: getattr(capture, n) for n in Capture.__slots__}, "url": url})
+            capture = dataclasses.replace(capture, url=url)
             location = capture.header("Location")
             if capture.reason or capture.status not in REDIRECTS or not location:
                 return capture
@@ -249,11 +250,8 @@ class Fetcher:
                     if len(body) > max_bytes:
                         return Capture(**base, reason="too_large", detail=f"over {max_bytes} bytes")
                 return Capture(**base, body=bytes(body))
-        except BlockedAddress as error:
-            return Capture(url=url, reason="ssrf_blocked", detail=str(error))
-        except aiohttp.ClientConnectorError as error:
-            cause = error.os_error
-            reason = "ssrf_blocked" if isinstance(cause, BlockedAddress) or isinstance(cause.__cause__, BlockedAddress) else "connection_error"
+        except aiohttp.ClientConnectorError as error:  # the resolver's refusal arrives wrapped in here
+            reason = "ssrf_blocked" if isinstance(error.os_error, BlockedAddress) else "connection_error"
             return Capture(url=url, reason=reason, detail=str(error)[:300])
         except (TimeoutError, aiohttp.ServerTimeoutError) as error:
             return Capture(url=url, reason="timeout", detail=str(error)[:300] or "read timed out")
