@@ -1,6 +1,6 @@
 """Bytes of a text file to one Python string with LF line endings, whatever the encoding.
 
-Books arrive as UTF-8 (with or without BOM), UTF-16 with BOM, or legacy 8-bit encodings
+Books arrive as UTF-8 (with or without BOM), UTF-16 or UTF-32 with BOM, or legacy 8-bit encodings
 (Latin-1, Windows-1252), detected by charset-normalizer. A pre-training corpus must never crash on one bad file, so decoding
 always ends with a string, except for content that is not text at all (binary junk saved as
 ``.txt``): that raises ``BinaryContentError`` so the reader can count it as a reject instead of
@@ -31,6 +31,8 @@ def decode_bytes(data: bytes) -> str:
 def _decode(data: bytes) -> str:
     if data.startswith(codecs.BOM_UTF8):
         return data[len(codecs.BOM_UTF8):].decode("utf-8", errors="replace")
+    if data.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):  # before UTF-16: FF FE 00 00 starts both
+        return data.decode("utf-32", errors="replace")
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return data.decode("utf-16", errors="replace")
     bom_less_utf16 = _bom_less_utf16(data)
