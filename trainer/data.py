@@ -93,12 +93,13 @@ class _OpenShard:
         self.offsets = np.concatenate([[0], np.cumsum(lengths)])
         self.table = table  # keeps the memory map alive as long as the views
 
-    def pieces(self, name: str, start: int, end: int) -> Iterator[np.ndarray]:
+    def ranges(self, start: int, end: int) -> Iterator[tuple[_OpenShard, int, int, int]]:
+        """Rows [start, end) as (shard, record batch, first row, end row) within record batches."""
         chunk = int(np.searchsorted(self.offsets, start, side="right")) - 1
         while start < end:
             chunk_end = min(end, int(self.offsets[chunk + 1]))
             base = int(self.offsets[chunk])
-            yield self.views[name][chunk][start - base : chunk_end - base]
+            yield self, chunk, start - base, chunk_end - base
             start, chunk = chunk_end, chunk + 1
 
 
@@ -205,14 +206,13 @@ class ShardStream(IterableDataset):
             slices.append((shard, row, row + take))
             start += take
             block += 1
-        batch = {}
+        ranges = [piece for shard, a, b in slices for piece in self._shard(shard).ranges(a, b)]
+        pieces = {name: [shard.views[name][chunk][a:b] for shard, chunk, a, b in ranges] for name in self.columns}
+        if get_worker_info() is not None:
+            return _packed(pieces)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            for name in self.columns:
-                pieces = [piece for shard, a, b in slices for piece in self._shard(shard).pieces(name, a, b)]
-                array = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
-                batch[name] = torch.from_numpy(array)
-        return batch
+            return {name: torch.from_numpy(p[0] if len(p) == 1 else np.concatenate(p)) for name, p in pieces.items()}
 
     def _shard(self, index: int) -> _OpenShard:
         if index not in self._shards:
@@ -223,6 +223,28 @@ class ShardStream(IterableDataset):
         state = self.__dict__.copy()
         state["_shards"] = {}  # memory maps stay in the process that opened them
         return state
+
+
+def _packed(pieces: dict[str, list[np.ndarray]]) -> Batch:
+    """Copy a batch once into a single shared-memory buffer and return typed views of it.
+
+    A DataLoader worker hands tensors to the main process through shared memory; one segment per
+    batch instead of one per column (plus a copy each) is what makes workers faster, not slower.
+    """
+    layout, total = [], 0
+    for name, parts in pieces.items():
+        shape = (sum(len(part) for part in parts), *parts[0].shape[1:])
+        nbytes = int(np.prod(shape)) * parts[0].itemsize
+        layout.append((name, parts, shape, total, nbytes))
+        total += -(-nbytes // 8) * 8  # keep every column 8-byte aligned
+    buffer = torch.empty(total, dtype=torch.uint8).share_memory_()
+    host = buffer.numpy()
+    batch = {}
+    for name, parts, shape, offset, nbytes in layout:
+        np.concatenate(parts, out=host[offset : offset + nbytes].view(parts[0].dtype).reshape(shape))
+        dtype = torch.from_numpy(np.empty(0, parts[0].dtype)).dtype
+        batch[name] = buffer[offset : offset + nbytes].view(dtype).view(shape)  # views of the shared storage
+    return batch
 
 
 def to_model_inputs(batch: Batch, device: torch.device | str, task: str) -> dict[str, torch.Tensor]:
