@@ -8,6 +8,7 @@ by their target URI. Files are written under a temporary name and renamed when c
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -78,7 +79,7 @@ class WarcFile:
             )
         self.writer.write_record(record)
         record_id = record.rec_headers.get_header("WARC-Record-ID")
-        return Capture(**{**_fields(capture), "record_id": record_id})
+        return dataclasses.replace(capture, record_id=record_id)
 
     def close(self) -> None:
         self.stream.close()
@@ -93,10 +94,6 @@ class WarcFile:
 
     def __exit__(self, kind: object, *_: object) -> None:
         self.abort() if kind else self.close()
-
-
-def _fields(capture: Capture) -> dict:
-    return {name: getattr(capture, name) for name in Capture.__slots__}
 
 
 def _payload(record, max_bytes: int) -> bytes:  # type: ignore[no-untyped-def]

@@ -184,3 +184,19 @@ def test_failed_warc_write_leaves_nothing(tmp_path: Path):
             warc.write(Capture(url="http://x/", reason="timeout"))
             raise RuntimeError("worker died")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_connection_layer_refuses_even_if_the_pre_check_is_skipped(server, pages):
+    """The connector resolves through SafeResolver, so a name that turns private between the hop
+    check and the connect (DNS rebinding) is still refused: no request reaches the server."""
+    name = next(iter(pages))
+
+    async def run() -> Capture:
+        fetcher = Fetcher(FetchConfig(**FAST))
+        try:
+            return await fetcher._request(f"http://localhost:{server.port}/page/{name}", ["text/html"], 10**6)
+        finally:
+            await fetcher.close()
+
+    capture = asyncio.run(run())
+    assert capture.reason == "ssrf_blocked" and server.hits == {}
