@@ -23,6 +23,8 @@ import socket
 import time
 import zlib
 from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urljoin, urlsplit
@@ -42,6 +44,7 @@ T = TypeVar("T")
 REDIRECTS = {301, 302, 303, 307, 308}
 RETRY_STATUSES = {429, 500, 502, 503, 504}
 ROBOTS_MAX_BYTES = 500_000
+PROGRESS_EVERY_S = 15.0
 ROBOTS_TYPES = ["text/plain", "text/html"]  # some servers mislabel robots.txt
 WESTERN_MARGIN = 0.1  # chaos (share of odd characters) windows-1252 may exceed the best guess by
 META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_\-:.]+)""", re.IGNORECASE)
@@ -138,23 +141,33 @@ class Fetcher:
         await self.session.close()
 
     async def fetch_all(self, urls: list[str]) -> list[Capture]:
-        return list(await asyncio.gather(*(self.fetch(url) for url in urls)))
+        """Captures in input order; logs a progress counter while a batch is slow."""
+        tasks = [asyncio.ensure_future(self.fetch(url)) for url in urls]
+        pending: set[asyncio.Future[Capture]] = set(tasks)
+        while pending:
+            _, pending = await asyncio.wait(pending, timeout=PROGRESS_EVERY_S)
+            if pending:
+                log.info("fetching: %d of %d URLs done", len(urls) - len(pending), len(urls))
+        return [task.result() for task in tasks]
 
     async def fetch(self, url: str) -> Capture:
-        """Follow up to ``max_redirects`` hops, each checked; bounded by ``url_deadline_s`` overall."""
+        """Follow up to ``max_redirects`` hops, each checked. ``url_deadline_s`` bounds the URL from
+        its first request on: time queued behind a polite host's other URLs does not count."""
         try:
-            async with asyncio.timeout(self.config.url_deadline_s):
-                return await self._follow(url, self.config.content_types, self.config.max_body_bytes, check_robots=True)
+            async with asyncio.timeout(None) as deadline:
+                return await self._follow(url, self.config.content_types, self.config.max_body_bytes,
+                                          check_robots=True, deadline=deadline)
         except TimeoutError:
             return Capture(url=url, reason="timeout", detail=f"over {self.config.url_deadline_s}s deadline")
 
-    async def _follow(self, url: str, content_types: list[str], max_bytes: int, *, check_robots: bool) -> Capture:
+    async def _follow(self, url: str, content_types: list[str], max_bytes: int, *, check_robots: bool,
+                      deadline: asyncio.Timeout | None = None) -> Capture:
         current = url
         for _ in range(self.config.max_redirects + 1):
             refusal = await self._refuse(current, check_robots)
             if refusal is not None:
                 return Capture(url=url, final_url=current, reason=refusal[0], detail=refusal[1])
-            capture = await self._request_with_retries(current, content_types, max_bytes)
+            capture = await self._request_with_retries(current, content_types, max_bytes, deadline)
             capture = dataclasses.replace(capture, url=url)
             location = capture.header("Location")
             if capture.reason or capture.status not in REDIRECTS or not location:
@@ -209,12 +222,15 @@ class Fetcher:
             self.gates[netloc].delay = self.config.per_host_delay_s
         return self.gates[netloc]
 
-    async def _request_with_retries(self, url: str, content_types: list[str], max_bytes: int) -> Capture:
+    async def _request_with_retries(self, url: str, content_types: list[str], max_bytes: int,
+                                    deadline: asyncio.Timeout | None) -> Capture:
         gate = self._gate(urlsplit(url).netloc)
         for attempt in range(self.config.retries + 1):
             async with gate.slots:
                 await gate.wait_turn()
                 async with self.slots:
+                    if deadline is not None and deadline.when() is None:  # the URL's clock starts now
+                        deadline.reschedule(asyncio.get_running_loop().time() + self.config.url_deadline_s)
                     capture = await self._request(url, content_types, max_bytes)
             retryable = capture.status in RETRY_STATUSES or capture.reason == "connection_error"
             if not retryable or attempt == self.config.retries:
@@ -223,10 +239,17 @@ class Fetcher:
         raise AssertionError("unreachable")
 
     def _backoff(self, capture: Capture, attempt: int) -> float:
+        """Retry-After (seconds or HTTP date) on 429/503, else exponential backoff; both capped."""
         retry_after = capture.header("Retry-After").strip()
-        if capture.status == 429 and retry_after.isdigit():
-            return min(float(retry_after), self.config.max_retry_after_s)
-        return min(self.config.backoff_s * 2**attempt, self.config.max_retry_after_s)
+        wait = self.config.backoff_s * 2**attempt
+        if retry_after.isdigit():
+            wait = float(retry_after)
+        elif retry_after:
+            try:
+                wait = (parsedate_to_datetime(retry_after) - datetime.now(timezone.utc)).total_seconds()
+            except (TypeError, ValueError):
+                pass
+        return max(0.0, min(wait, self.config.max_retry_after_s))
 
     async def _request(self, url: str, content_types: list[str], max_bytes: int) -> Capture:
         """One GET without redirects; the body is streamed and cut off at ``max_bytes``."""

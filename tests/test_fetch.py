@@ -200,3 +200,26 @@ def test_connection_layer_refuses_even_if_the_pre_check_is_skipped(server, pages
 
     capture = asyncio.run(run())
     assert capture.reason == "ssrf_blocked" and server.hits == {}
+
+
+def test_deadline_starts_at_the_first_request_not_in_the_host_queue(pages):
+    name = next(iter(pages))
+    with LocalServer(pages, latency_s=0.3) as slow:
+        captures = fetch([slow.url(f"/page/{name}?q={i}") for i in range(6)], per_host_concurrency=1, url_deadline_s=1.0)
+    assert [c.reason for c in captures] == [""] * 6  # 7 requests x 0.3 s in a row, each URL well inside 1 s
+
+
+def test_backoff_reads_retry_after_seconds_and_dates_and_caps_them():
+    async def backoffs() -> list[float]:
+        fetcher = Fetcher(FetchConfig(backoff_s=0.5, max_retry_after_s=30))
+        try:
+            def after(value: str) -> Capture:
+                return Capture(url="u", status=429, headers=(("Retry-After", value),))
+
+            return [fetcher._backoff(after("7"), 0), fetcher._backoff(after("3600"), 0),
+                    fetcher._backoff(after("Wed, 21 Oct 2015 07:28:00 GMT"), 0), fetcher._backoff(after("soon"), 2),
+                    fetcher._backoff(Capture(url="u", status=503), 1)]
+        finally:
+            await fetcher.close()
+
+    assert asyncio.run(backoffs()) == [7.0, 30.0, 0.0, 2.0, 1.0]
