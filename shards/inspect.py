@@ -154,7 +154,7 @@ def show_example(directory: Path, index: int, console: Console) -> None:
             row = open_shard(manifest.shard_path(entry), expected=entry).slice(index - offset, 1).to_pylist()[0]
             break
         offset += entry.examples
-    tokenizer = Tokenizer.from_file(str(manifest.vocab_path()))
+    tokenizer = Tokenizer.from_file(str(manifest.tokenizer_path()))
     console.print(f"example {index} ({entry.file}, row {index - offset})")
     ids = row["input_ids"][: row["length"]]
     if manifest.task == "gpt":

@@ -80,6 +80,11 @@ class Manifest(BaseModel):
         path = Path(self.vocab.path)
         return path if path.is_absolute() else self._root / path
 
+    def tokenizer_path(self) -> Path:
+        """tokenizer.json: the vocab path itself, or the file of that name in a vocabulary directory."""
+        path = self.vocab_path()
+        return path / "tokenizer.json" if path.is_dir() else path
+
     def arrow_schema(self) -> pa.Schema:
         """The exact schema every shard must have (from shards.format)."""
         info = self.shard_schema

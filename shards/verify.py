@@ -59,9 +59,15 @@ def _check_vocab(manifest: Manifest) -> list[str]:
     problems = []
     if manifest.shard_schema.id_type != str(id_type(vocab.size)):
         problems.append(f"{manifest.root / MANIFEST_NAME}: id_type {manifest.shard_schema.id_type} does not fit vocab size {vocab.size}")
-    if not path.is_file():
-        problems.append(f"{path}: vocabulary file missing")
-    elif vocab.sha256 and sha256_file(path) != vocab.sha256:
+    if path.is_dir():
+        from pipeline.vocab import vocab_sha256  # the build's digest over a vocabulary directory's files
+
+        actual = vocab_sha256(path)
+    elif path.is_file():
+        actual = sha256_file(path)
+    else:
+        return problems + [f"{path}: vocabulary missing"]
+    if vocab.sha256 and actual != vocab.sha256:
         problems.append(f"{path}: vocabulary sha256 differs from the manifest's")
     return problems
 

@@ -96,11 +96,13 @@ def write_shards(
     vocab_size: int | None = None,
     batch_rows: int | None = None,
     ipc: str = "file",
+    vocab: dict | None = None,
 ) -> Path:
     """Write ``columns`` split into shards of ``shard_sizes`` rows plus the manifest; returns the directory.
 
     ``batch_rows`` splits each shard into record batches of that many rows (default: one batch);
-    ``ipc="stream"`` writes the IPC stream flavour instead of the format's IPC file.
+    ``ipc="stream"`` writes the IPC stream flavour instead of the format's IPC file; ``vocab``
+    replaces the manifest's "vocab" entry (e.g. the build's ``pipeline.vocab.vocab_manifest``).
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -137,7 +139,8 @@ def write_shards(
         "format_version": FORMAT_VERSION,
         "task": task,
         "params": {"factory": "tests/shard_factory.py"},
-        "vocab": {
+        "vocab": vocab
+        or {
             "kind": kind,
             "path": vocab_path,
             "sha256": _sha256(tokenizer_json) if tokenizer_json else "",

@@ -11,6 +11,7 @@ from shard_factory import bert_tokenizer_json, gpt_tokenizer_json, random_bert_c
 from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
+from pipeline.vocab import vocab_manifest
 from shards.cli import app
 
 runner = CliRunner()
@@ -156,3 +157,16 @@ def test_verify_reports_bad_values_and_vocabulary(scratch, tmp_path):
 def test_verify_reports_a_missing_manifest(tmp_path):
     result = runner.invoke(app, ["verify", str(tmp_path)])
     assert result.exit_code == 1 and "manifest.json: manifest missing" in result.output
+
+
+def test_vocabulary_directory_as_the_build_records_it(tmp_path, shared_data):
+    vocab_dir = tmp_path / "vocab"
+    vocab_dir.mkdir()
+    shutil.copy(shared_data / "vocab" / "bert-base-uncased" / "vocab.txt", vocab_dir)
+    tokenizer = Tokenizer.from_file(str(bert_tokenizer_json(vocab_dir / "vocab.txt", vocab_dir)))
+    shards = write_shards(tmp_path / "shards", known_bert_columns(tokenizer), [10], vocab=vocab_manifest(vocab_dir))
+    assert runner.invoke(app, ["verify", str(shards)]).exit_code == 0
+    assert "[CLS] [MASK](cat) [MASK](sat) on [SEP]" in runner.invoke(app, ["inspect", str(shards), "--show", "0"]).output
+    (vocab_dir / "vocab.txt").write_text("[PAD]\n")
+    result = runner.invoke(app, ["verify", str(shards)])
+    assert result.exit_code == 1 and f"{vocab_dir}: vocabulary sha256 differs" in result.output
