@@ -11,7 +11,8 @@ from http_fixture import LocalServer, extract_pages
 
 from corpora.warc import Capture, WarcFile, index_warcs, iter_captures, read_capture
 from corpusforge.config import FetchConfig
-from pipeline.fetch import AddressPolicy, BlockedAddress, Fetcher, SafeResolver, decode_body, decode_page, html_to_text
+from pipeline.fetch import (AddressPolicy, BlockedAddress, FetchDoFn, Fetcher, SafeResolver, batch_warc_name, decode_body,
+                            decode_page, html_to_text)
 
 FAST = dict(per_host_delay_s=0.0, per_host_concurrency=16, concurrency=16, connect_timeout_s=2, read_timeout_s=1.0,
             total_timeout_s=2.5, url_deadline_s=5, max_body_bytes=2_000_000, max_decoded_bytes=5_000_000,
@@ -223,3 +224,26 @@ def test_backoff_reads_retry_after_seconds_and_dates_and_caps_them():
             await fetcher.close()
 
     assert asyncio.run(backoffs()) == [7.0, 30.0, 0.0, 2.0, 1.0]
+
+
+def test_fetch_dofn_writes_one_warc_per_batch_and_replays_it(server, pages, tmp_path):
+    name = next(iter(pages))
+    urls = [server.url(f"/page/{name}"), server.url("/to-metadata")]
+    config = FetchConfig(**FAST, allow_networks=["127.0.0.1/32"])
+
+    def run(batch: list[tuple[str, str]], offline: bool) -> list[tuple[str, Capture]]:
+        dofn = FetchDoFn(config, str(tmp_path), offline=offline)
+        dofn.setup()
+        try:
+            return list(dofn.process(batch))
+        finally:
+            dofn.teardown()
+
+    first = run([(url, f"payload{i}") for i, url in enumerate(urls)], offline=False)
+    assert [p.name for p in tmp_path.iterdir()] == [batch_warc_name(urls)]
+    assert [(payload, c.reason) for payload, c in first] == [("payload0", ""), ("payload1", "ssrf_blocked")]
+    hits = dict(server.hits)
+    again = run([(url, "p") for url in urls] + [(server.url("/never-fetched"), "new")], offline=True)
+    assert {c.url: (c.reason, c.record_id) for _, c in again} == {
+        **{c.url: (c.reason, c.record_id) for _, c in first}, server.url("/never-fetched"): ("not_in_warc", "")}
+    assert dict(server.hits) == hits  # replay and offline miss touch no server
