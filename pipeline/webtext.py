@@ -73,10 +73,11 @@ def links_from_warc(path: str, blocklist: Blocklist) -> list[tuple[str, Link] | 
 
 
 def first_capture(key: str, links: list[Link]) -> list[Link | Reject]:
-    """One link per canonical URL (smallest spelling); the other captures are duplicates."""
-    ordered = sorted(set(links), key=lambda link: link.url)
-    return [ordered[0]] + [link_reject(Link(key=f"{key}#{link.url}", url=link.url, score=0, subreddit="", title="",
-                                            submission_ids=()), "duplicate_url", ordered[0].url) for link in ordered[1:]]
+    """One link per canonical URL (smallest spelling); every other capture is a counted duplicate."""
+    ordered = sorted(links, key=lambda link: link.url)
+    duplicates = [link_reject(Link(key=f"{key}#{n}", url=link.url, score=0, subreddit="", title="", submission_ids=()),
+                              "duplicate_url", ordered[0].url) for n, link in enumerate(ordered[1:], start=1)]
+    return [ordered[0], *duplicates]
 
 
 def split(records: PCollection, label: str) -> tuple[PCollection, PCollection]:

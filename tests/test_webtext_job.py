@@ -147,8 +147,9 @@ def test_offline_from_real_warcs_without_dumps(shared_data, tmp_path):
                                  "webtext": {"offline": True, "warc_dir": str(shared_data / "html" / "warc"),
                                              "extract": {"languages": ["en"]}}})
     documents, rejects = run_job(cfg, tmp_path)
-    assert len(documents) + len(rejects) == 35  # distinct target URIs in sample-0000/0001
-    assert len(documents) >= 25
+    assert len(documents) + len(rejects) == 37  # response records in sample-0000/0001 (35 distinct URIs)
+    assert sum(r["reason"] == "duplicate_url" for r in rejects) == 2
+    assert len(documents) >= 25 and len({d["id"] for d in documents}) == len(documents)
     urls = {d["url"] for d in documents}
     assert "https://commoncrawl.org/faq" in urls
     assert all(d["meta"]["warc_record_id"].startswith("<urn:uuid:") and d["meta"]["timestamp"].startswith("2024-")
