@@ -116,6 +116,16 @@ class _Visitor(PipelineVisitor):
         return [bag for node, bag in self.bags.items() if node not in self.consumed]
 
 
+class _Result(DaskRunnerResult):
+    """Closes the client it opened once the job is done, so no reconnect loop outlives the cluster."""
+
+    def wait_until_finish(self, duration=None) -> str:
+        try:
+            return super().wait_until_finish(duration)
+        finally:
+            self.client.close()
+
+
 class DaskRunner(BeamDaskRunner):
     """Use as ``--runner=pipeline.dask_runner.DaskRunner --dask_client_address=HOST:PORT``."""
 
@@ -127,4 +137,4 @@ class DaskRunner(BeamDaskRunner):
         visitor = _Visitor(bag_kwargs)
         pipeline.visit(visitor)
         futures = client.compute(list(dask.optimize(*visitor.leaves())))
-        return DaskRunnerResult(client, futures)
+        return _Result(client, futures)

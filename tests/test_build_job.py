@@ -115,7 +115,7 @@ def test_bad_inputs_become_counted_rejects(tmp_path: Path, shared_data: Path) ->
     assert result.stats["books"].documents == 1
     assert result.stats["books"].rejects["decode_error"] == 1
     assert result.stats["wikipedia"].rejects["corrupt_input"] == 2
-    assert result.stats["wikipedia"].documents > 10, "pages read before the damage must be kept"
+    assert result.stats["wikipedia"].documents >= 5, "pages read before the damage must be kept"
 
 
 def test_cli_reports_unusable_input_in_one_line(tmp_path: Path) -> None:
