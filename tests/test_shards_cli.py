@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -9,10 +10,15 @@ import numpy as np
 import pytest
 from shard_factory import bert_tokenizer_json, gpt_tokenizer_json, random_bert_columns, random_gpt_columns, write_shards
 from tokenizers import Tokenizer
+from torch.utils.data import DataLoader
 from typer.testing import CliRunner
 
+from corpusforge.config import BertConfig, RunConfig, ShardsConfig
+from pipeline.examples_stage import write_bert_shards_from_sentences
+from pipeline.options import pipeline_options
 from pipeline.vocab import vocab_manifest
 from shards.cli import app
+from trainer.data import ShardStream
 
 runner = CliRunner()
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "home", "quickly"]
@@ -170,3 +176,28 @@ def test_vocabulary_directory_as_the_build_records_it(tmp_path, shared_data):
     (vocab_dir / "vocab.txt").write_text("[PAD]\n")
     result = runner.invoke(app, ["verify", str(shards)])
     assert result.exit_code == 1 and f"{vocab_dir}: vocabulary sha256 differs" in result.output
+
+
+def test_shards_from_the_real_beam_pipeline_verify_inspect_and_stream(tmp_path, shared_data):
+    vocab_dir = tmp_path / "vocab"
+    vocab_dir.mkdir()
+    shutil.copy(shared_data / "vocab" / "bert-base-uncased" / "vocab.txt", vocab_dir)
+    bert_tokenizer_json(vocab_dir / "vocab.txt", vocab_dir)
+    text = (shared_data / "books" / "en" / "11-0.txt").read_text(encoding="utf-8")
+    sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if len(s.split()) > 3]
+    docs = [(f"alice-{i}", sentences[i * 40 : (i + 1) * 40]) for i in range(20)]
+    out = tmp_path / "shards"
+    write_bert_shards_from_sentences(pipeline_options(RunConfig()), docs, vocab_dir, out, BertConfig(dupe_factor=2), ShardsConfig(max_examples=150), 1)
+
+    assert runner.invoke(app, ["verify", str(out)]).exit_code == 0
+    summary = json.loads(runner.invoke(app, ["inspect", str(out), "--json"]).stdout)
+    assert 0.12 < summary["masked_fraction"] < 0.16  # 15% of the tokens, [CLS]/[SEP] never masked
+    assert summary["mask_token_fraction"] == pytest.approx(0.8, abs=0.05)
+    assert summary["random_token_fraction"] == pytest.approx(0.1, abs=0.04)
+    assert summary["unchanged_fraction"] == pytest.approx(0.1, abs=0.04)
+    assert summary["nsp_random_next_fraction"] == pytest.approx(0.5, abs=0.08)
+
+    stream = ShardStream(out, 16, world_size=1, seed=0)
+    loader = DataLoader(stream, batch_size=None, num_workers=2)
+    rows = [tuple(row) for batch in loader for row in batch["input_ids"].tolist()]
+    assert len(rows) == summary["examples"] - stream.dropped_per_epoch
