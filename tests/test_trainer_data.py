@@ -145,6 +145,31 @@ def test_property_ranks_partition_the_epoch(tmp_path_factory, sizes, batch_size,
     assert len(seen) == len(set(seen)) == total // (batch_size * world) * batch_size * world
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    first=st.tuples(st.integers(1, 4), st.integers(1, 40)),  # (world size, batch size) before the stop
+    second=st.tuples(st.integers(1, 4), st.integers(1, 40)),  # and after resuming
+    consumed=st.integers(0, 60),
+    seed=st.integers(0, 1000),
+)
+def test_property_resume_with_any_world_size_continues_the_same_order(shard_dir, first, second, consumed, seed):
+    (world, batch_size), (new_world, new_batch_size) = first, second
+    streams = [ShardStream(shard_dir, batch_size, rank=r, world_size=world, seed=seed, epochs=None) for r in range(world)]
+    before = [i for step in zip(*(read_all(s, workers=0, limit=consumed) for s in streams)) for batch in step for i in batch]
+    state = streams[0].state_dict(consumed)
+    resumed = []
+    for rank in range(new_world):
+        stream = ShardStream(shard_dir, new_batch_size, rank=rank, world_size=new_world, seed=seed, epochs=1)
+        stream.load_state_dict(state)
+        resumed.append(read_all(stream, workers=0))
+    after = [i for step in zip(*resumed) for batch in step for i in batch]
+    order = global_order(state["epoch"], seed)
+    assert after == order[state["position"] : state["position"] + len(after)]  # the same order, continued
+    assert len(after) == (N - state["position"]) // (new_world * new_batch_size) * new_world * new_batch_size
+    if state["epoch"] == 0:
+        assert before == order[: state["position"]]  # nothing skipped, nothing repeated
+
+
 def test_batches_keep_stored_dtypes_and_view_the_memory_map(shard_dir):
     stream = ShardStream(shard_dir, 16, shuffle=False)
     batch = next(iter(stream))
