@@ -198,14 +198,15 @@ class Fetcher:
         return None
 
     async def _robots(self, origin: str) -> Protego | None:
-        """robots.txt of an origin, fetched once (RFC 9309: 4xx allows all, 5xx disallows all)."""
+        """robots.txt of an origin, fetched once (RFC 9309: 4xx allows all, 5xx disallows all).
+        Shielded: one waiter hitting its deadline must not cancel the fetch the others share."""
         if origin not in self.robots:
             self.robots[origin] = asyncio.ensure_future(self._load_robots(origin))
-        return await self.robots[origin]
+        return await asyncio.shield(self.robots[origin])
 
     async def _load_robots(self, origin: str) -> Protego | None:
         capture = await self._follow(origin + "/robots.txt", ROBOTS_TYPES, ROBOTS_MAX_BYTES, check_robots=False)
-        if capture.status >= 500 or capture.reason == "too_many_redirects":
+        if capture.status >= 500:
             return Protego.parse("User-agent: *\nDisallow: /")
         if capture.reason or capture.status != 200:
             return None
@@ -213,7 +214,8 @@ class Fetcher:
         robots = Protego.parse((body or b"").decode("utf-8", errors="replace"))
         delay = robots.crawl_delay(self.config.user_agent)
         if delay:
-            self._gate(urlsplit(origin).netloc).delay = max(self.config.per_host_delay_s, min(float(delay), self.config.max_crawl_delay_s))
+            gate = self._gate(urlsplit(origin).netloc)
+            gate.delay = max(self.config.per_host_delay_s, min(float(delay), self.config.max_crawl_delay_s))
         return robots
 
     def _gate(self, netloc: str) -> HostGate:

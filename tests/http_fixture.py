@@ -53,8 +53,9 @@ class LocalServer:
     """Threaded HTTP server; ``hits`` counts requests per path, ``user_agents`` records who asked,
     ``max_in_flight`` the most requests handled at once; ``latency_s`` delays every reply."""
 
-    def __init__(self, pages: dict[str, bytes], latency_s: float = 0.0) -> None:
+    def __init__(self, pages: dict[str, bytes], latency_s: float = 0.0, robots: bytes | int = ROBOTS) -> None:
         self.pages = pages
+        self.robots = robots  # the robots.txt body, or an HTTP status to answer it with
         self.latency_s = latency_s
         self.hits: Counter[str] = Counter()
         self.user_agents: set[str] = set()
@@ -118,7 +119,10 @@ class LocalServer:
         first_page = next(iter(self.pages.values()))
         try:
             if path == "/robots.txt":
-                self.send(h, 200, ROBOTS, "text/plain")
+                if isinstance(self.robots, int):
+                    self.send(h, self.robots, b"robots unavailable")
+                else:
+                    self.send(h, 200, self.robots, "text/plain")
             elif head == "page" and parts[1] in self.pages:
                 self.send(h, 200, self.pages[parts[1]])
             elif head == "gzip" and parts[1] in self.pages:

@@ -247,3 +247,17 @@ def test_fetch_dofn_writes_one_warc_per_batch_and_replays_it(server, pages, tmp_
     assert {c.url: (c.reason, c.record_id) for _, c in again} == {
         **{c.url: (c.reason, c.record_id) for _, c in first}, server.url("/never-fetched"): ("not_in_warc", "")}
     assert dict(server.hits) == hits  # replay and offline miss touch no server
+
+
+def test_robots_unavailable_missing_and_crawl_delay(pages):
+    name = next(iter(pages))
+    with LocalServer(pages, robots=503) as down:  # RFC 9309: server error means disallow everything
+        (capture,) = fetch([down.url(f"/page/{name}")], retries=0)
+        assert capture.reason == "robots_disallowed" and down.hits[f"/page/{name}"] == 0
+    with LocalServer(pages, robots=404) as missing:  # no robots.txt: everything allowed
+        (capture,) = fetch([missing.url("/private/x")])
+        assert capture.reason == ""
+    with LocalServer(pages, robots=b"User-agent: *\nCrawl-delay: 0.3\n") as delayed:
+        started = time.monotonic()
+        fetch([delayed.url(f"/page/{name}?d={i}") for i in range(3)])
+        assert time.monotonic() - started >= 0.6  # three page starts, 0.3 s apart
