@@ -74,21 +74,31 @@ def documents_graph(p: beam.Pipeline, cfg: Config) -> None:
         docs, rejects = split(docs | "ExactDedup" >> ExactDedup(), "Deduped")
         reject_streams.append(rejects)
     if "near_dedup" in stages:
-        from pipeline.near_dedup import NearDedup
+        from pipeline.near_dedup import KEPT, REJECTS, NearDedup
 
-        docs, rejects = split(docs | "NearDedup" >> NearDedup(cfg.near_dedup), "NearDeduped")
-        reject_streams.append(rejects)
+        near = docs | "NearDedup" >> NearDedup(cfg.near_dedup)
+        docs = near[KEPT]
+        reject_streams.append(near[REJECTS])
     if "webtext" in stages and "wikipedia" in stages:
-        from pipeline.near_dedup import RemoveWikipedia
-
-        docs, rejects = split(docs | "RemoveWikipedia" >> RemoveWikipedia(cfg.near_dedup), "WikiRemoved")
-        reject_streams.append(rejects)
+        docs = remove_wikipedia_from_webtext(docs, reject_streams, cfg)
     docs | "WriteDocuments" >> WriteParts(str(out / "documents"), cfg.run.document_parts, "documents")
     (
         reject_streams
         | "AllRejects" >> beam.Flatten()
         | "WriteRejects" >> WriteParts(str(out / "rejects"), cfg.run.document_parts, "rejects")
     )
+
+
+def remove_wikipedia_from_webtext(docs: beam.PCollection, reject_streams: list, cfg: Config) -> beam.PCollection:
+    """GPT-2 kept Wikipedia out of WebText: drop WebText pages on Wikipedia or near-duplicating it."""
+    from pipeline.near_dedup import KEPT, REJECTS, WikipediaRemoval
+
+    web = docs | "WebTextDocs" >> beam.Filter(lambda d: d.source == "webtext")
+    wikipedia = docs | "WikipediaDocs" >> beam.Filter(lambda d: d.source == "wikipedia")
+    others = docs | "OtherDocs" >> beam.Filter(lambda d: d.source != "webtext")
+    removal = web | "RemoveWikipedia" >> WikipediaRemoval(wikipedia, cfg.near_dedup)
+    reject_streams.append(removal[REJECTS])
+    return (removal[KEPT], others) | "WithoutWikipedia" >> beam.Flatten()
 
 
 def _beam_counters(result: beam.runners.runner.PipelineResult) -> dict[str, int]:
