@@ -10,10 +10,12 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from corpusforge.config import load_config
+from shards.cli import app as shards_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 docs_app = typer.Typer(no_args_is_help=True, help="Look inside written documents.")
 app.add_typer(docs_app, name="docs")
+app.add_typer(shards_app, name="shards")
 console = Console()
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.toml"
