@@ -1,0 +1,119 @@
+"""Extraction of real pages from trafilatura's evaluation set, the time limit, and the quality rules."""
+from __future__ import annotations
+
+import json
+import re
+import tarfile
+import time
+
+import pytest
+
+from corpora.extract import ExtractorProcess, extract_page, trafilatura_text
+from corpora.quality import quality_reject
+from corpusforge.config import ExtractConfig
+
+PAGES = ("wired.com.burn.html", "businessjargons.com.leadership.html", "bsi.de-ki.html")
+
+
+@pytest.fixture(scope="module")
+def eval_pages(shared_data) -> dict[str, tuple[bytes, dict]]:
+    """The test pages and their annotations, streamed from the head of the archive (no full unpack)."""
+    folder = shared_data / "html" / "trafilatura_eval"
+    annotations = {item["file"]: item for item in json.loads((folder / "evaldata.json").read_text(encoding="utf-8")).values()}
+    pages = {}
+    with tarfile.open(folder / "html_eval_and_cache.tar.xz", "r|xz") as archive:
+        for member in archive:
+            name = member.name.rpartition("/")[2]
+            if name in PAGES:
+                pages[name] = (archive.extractfile(member).read(), annotations[name])
+                if len(pages) == len(PAGES):
+                    break
+    return pages
+
+
+@pytest.fixture(scope="module")
+def extractor():
+    process = ExtractorProcess(timeout_s=30.0)
+    yield process
+    process.close()
+
+
+def norm(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+@pytest.mark.parametrize("name", ["wired.com.burn.html", "businessjargons.com.leadership.html"])
+def test_english_pages_keep_main_text_and_drop_boilerplate(eval_pages, extractor, name):
+    html, item = eval_pages[name]
+    text, reason = extract_page(html, "https://example.com/" + name, "text/html; charset=utf-8", extractor=extractor)
+    assert reason == "" and text is not None
+    assert "\n\n" in text and "\n\n\n" not in text  # one blank line between paragraphs
+    found = norm(text)
+    assert all(norm(s) in found for s in item["with"])
+    assert not any(norm(s) in found for s in item["without"])
+
+
+def test_language_filter(eval_pages, extractor):
+    html, item = eval_pages["bsi.de-ki.html"]
+    assert extract_page(html, "https://www.bsi.bund.de/", config=ExtractConfig(), extractor=extractor) == (None, "language")
+    text, reason = extract_page(html, "https://www.bsi.bund.de/", config=ExtractConfig(languages=["de"]), extractor=extractor)
+    assert reason in ("", "too_short") and (text is None or norm(item["with"][1]) in norm(text))
+
+
+def test_not_html_or_empty(extractor):
+    assert extract_page(b"%PDF-1.4", "https://x.org/a.pdf", "application/pdf", extractor=extractor) == (None, "content_type")
+    assert extract_page(b"  ", "https://x.org/", "text/html", extractor=extractor) == (None, "extraction_empty")
+    assert extract_page(b"<html><body><script>x()</script></body></html>", "https://x.org/", extractor=extractor) == (
+        None,
+        "extraction_empty",
+    )
+    assert extract_page(b"<html><body><p>A short note.</p></body></html>", "https://x.org/", extractor=extractor) == (
+        None,
+        "too_short",
+    )
+
+
+def stalling_extractor(html: bytes, url: str, favor: str) -> str | None:
+    """Stands in for a pathological page: it never finishes in time (runs in the worker process)."""
+    if b"STALL" in html:
+        time.sleep(60)
+    if b"RAISE" in html:
+        raise ValueError("unparseable")
+    return trafilatura_text(html, url, favor)
+
+
+def test_timeout_kills_and_restarts_the_worker(eval_pages):
+    process = ExtractorProcess(timeout_s=1.0, extractor=stalling_extractor)
+    html, _ = eval_pages["wired.com.burn.html"]
+    try:
+        started = time.monotonic()
+        assert extract_page(b"<html>STALL</html>", "https://x.org/", extractor=process) == (None, "extraction_timeout")
+        assert time.monotonic() - started < 30
+        assert process.restarts == 1
+        assert extract_page(b"<html>RAISE</html>", "https://x.org/", extractor=process) == (None, "extraction_error")
+        text, reason = extract_page(html, "https://www.wired.com/", extractor=process)  # a fresh worker carries on
+        assert reason == "" and "OpenAI" in text
+    finally:
+        process.close()
+
+
+PROSE = (
+    "The river rose slowly through the night, and by morning the lower fields were under water. "
+    "Farmers moved their animals to the high pasture while the children watched from the old stone bridge. "
+)
+
+
+def test_quality_rules_each_with_its_reason():
+    cfg = ExtractConfig()
+    prose = PROSE * 6
+    assert quality_reject(prose, cfg) is None
+    assert quality_reject(PROSE, cfg) == "too_short"
+    assert quality_reject(" ".join(["a"] * 150), cfg) == "quality_word_length"
+    assert quality_reject(" ".join(["internationalisation"] * 150), cfg) == "quality_word_length"
+    assert quality_reject(prose + " #tag" * 40, cfg) == "quality_symbol_ratio"
+    teasers = "\n".join(f"Read the story of the river and the fields and the farmers number {i} ..." for i in range(20))
+    assert quality_reject(teasers.replace("...", "\u2026"), cfg.model_copy(update={"max_symbol_word_ratio": 1.0})) == (
+        "quality_ellipsis_lines"
+    )
+    assert quality_reject(prose + " 1234 5678" * 60, cfg) == "quality_alpha_words"
+    assert quality_reject(" ".join(["1234"] * 150), cfg.model_copy(update={"min_alpha_word_fraction": 0.0})) is None
