@@ -35,11 +35,10 @@ import re
 from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass
-from itertools import chain
 from typing import Sequence
 
 import numpy as np
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 from corpusforge.config import BertConfig
 
@@ -103,9 +102,10 @@ class MaskingVocab:
 def tokenize_documents(tokenizer: Tokenizer, docs: Sequence[tuple[str, Sequence[str]]], dtype: np.dtype) -> tuple[list[TokenizedDocument], Counter]:
     """Tokenize every sentence of ``docs`` in one ``encode_batch_fast`` call; empty sentences are dropped."""
     sentences = [sentence for _, doc_sentences in docs for sentence in doc_sentences]
-    ids = [encoding.ids for encoding in tokenizer.encode_batch_fast(sentences, add_special_tokens=False)]
-    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-    flat = np.fromiter(chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum()))
+    encodings = tokenizer.encode_batch_fast(sentences, add_special_tokens=False)
+    lengths = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))
+    # One merged id list instead of a Python list per sentence: a third less conversion time.
+    flat = np.asarray(Encoding.merge(encodings, growing_offsets=False).ids if encodings else [], dtype=dtype)
     bounds = np.concatenate([[0], np.cumsum(lengths)])
     out: list[TokenizedDocument] = []
     counters: Counter = Counter()
@@ -158,25 +158,6 @@ class BertExamples:
         return cls(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in names})
 
 
-class _Uniforms:
-    """Uniform floats in [0, 1) pulled from a numpy generator in blocks (one scalar call is ~1 us)."""
-
-    def __init__(self, rng: np.random.Generator, block: int = 512) -> None:
-        self._rng, self._block = rng, block
-        self._values: list[float] = []
-        self._next = 0
-
-    def __call__(self) -> float:
-        if self._next == len(self._values):
-            self._values, self._next = self._rng.random(self._block).tolist(), 0
-        self._next += 1
-        return self._values[self._next - 1]
-
-    def randint(self, low: int, high: int) -> int:
-        """Uniform integer in [low, high], like ``random.randint``."""
-        return low + int(self() * (high - low + 1))
-
-
 def create_bucket_examples(
     docs: Sequence[TokenizedDocument], dupe: int, vocab: MaskingVocab, cfg: BertConfig, seed: int
 ) -> tuple[BertExamples, Counter]:
@@ -191,7 +172,7 @@ def create_bucket_examples(
     parts = []
     for index, doc in enumerate(docs):
         rng = rng_for(seed, doc.id, dupe)
-        spans = _pack_document(index, offsets, bases, cfg, _Uniforms(rng), counters)
+        spans = _pack_document(index, offsets, bases, cfg, rng, counters)
         if spans is not None:
             parts.append(_build_examples(spans, tokens, vocab, cfg, rng))
     examples = BertExamples.concatenate(parts) if parts else _empty_examples(vocab, cfg)
@@ -201,25 +182,33 @@ def create_bucket_examples(
 
 
 def _pack_document(
-    index: int, offsets: list[list[int]], bases: list[int], cfg: BertConfig, uniform: _Uniforms, counters: Counter
+    index: int, offsets: list[list[int]], bases: list[int], cfg: BertConfig, rng: np.random.Generator, counters: Counter
 ) -> dict[str, np.ndarray] | None:
-    """The reference's sentence-packing loop, returning token spans instead of token lists."""
+    """The reference's sentence-packing loop, returning token spans instead of token lists.
+
+    It is the one per-example Python loop, so it is kept lean: every chunk consumes at least one
+    sentence and at most 6 uniforms, so all uniforms are drawn up front as one list.
+    """
     max_num_tokens = cfg.max_seq_length - 3
+    short_prob, random_prob = cfg.short_seq_prob, cfg.random_next_prob
     cum, base, n = offsets[index], bases[index], len(offsets[index]) - 1
     others = len(offsets) - 1
+    u = rng.random(6 * n).tolist()
+    k = 0  # next unused uniform
     rows: list[tuple[int, int, int, int, int, int]] = []  # a_start, a_len, b_doc, b_start, b_len, random_next
     i = 0
     while i < n:
         target = max_num_tokens
-        if uniform() < cfg.short_seq_prob:
-            target = uniform.randint(2, max_num_tokens)
+        if u[k] < short_prob:
+            target = 2 + int(u[k + 1] * (max_num_tokens - 1))  # uniform in [2, max_num_tokens]
             counters["short_targets"] += 1
+        k += 2
         j = min(bisect_left(cum, cum[i] + target) - 1, n - 1)  # chunk = sentences i..j, reaching target
-        chunk = j - i + 1
-        a_end = i + 1 if chunk == 1 else uniform.randint(i + 1, j)
-        random_next = chunk == 1 or uniform() < cfg.random_next_prob
+        a_end = i + 1 if j == i else i + 1 + int(u[k] * (j - i))  # A = sentences i..a_end-1, 1..chunk-1 of them
+        random_next = j == i or u[k + 1] < random_prob
+        k += 2
         if random_next and others == 0:
-            if chunk == 1:
+            if j == i:
                 counters["no_partner"] += 1
                 i = j + 1
                 continue
@@ -227,16 +216,17 @@ def _pack_document(
             counters["forced_actual_next"] += 1
         a_start, a_len = base + cum[i], cum[a_end] - cum[i]
         if random_next:
-            partner = uniform.randint(0, others - 1)
-            partner += partner >= index
+            partner = int(u[k] * others)
+            partner += partner >= index  # uniform over the other documents
             pcum = offsets[partner]
-            start = uniform.randint(0, len(pcum) - 2)
+            start = int(u[k + 1] * (len(pcum) - 1))
             end = min(bisect_left(pcum, pcum[start] + max(1, target - a_len)), len(pcum) - 1)
             rows.append((a_start, a_len, partner, bases[partner] + pcum[start], pcum[end] - pcum[start], 1))
             i = a_end  # the reference puts the unused sentences of the chunk back
         else:
             rows.append((a_start, a_len, index, base + cum[a_end], cum[j + 1] - cum[a_end], 0))
             i = j + 1
+        k += 2
     if not rows:
         return None
     table = np.asarray(rows, dtype=np.int64)
@@ -274,13 +264,15 @@ def _build_examples(spans: dict[str, np.ndarray], tokens: np.ndarray, vocab: Mas
     a_len, b_len = spans["a_len"] - cut_a, spans["b_len"] - cut_b
 
     n, width = len(a_len), cfg.max_seq_length
-    pos = np.arange(width)[None, :]
-    la, lb = a_len[:, None], b_len[:, None]
+    index = np.int32 if len(tokens) < 2**31 - width else np.int64  # halves the [n, width] temporaries
+    pos = np.arange(width, dtype=index)[None, :]
+    la, lb = a_len.astype(index)[:, None], b_len.astype(index)[:, None]
     in_a = (pos >= 1) & (pos <= la)
     in_b = (pos >= la + 2) & (pos < la + 2 + lb)
-    source = np.where(in_a, a_start[:, None] + pos - 1, b_start[:, None] + pos - la - 2)
     real = in_a | in_b
-    input_ids = np.where(real, tokens[np.where(real, source, 0)], vocab.pad).astype(vocab.id_dtype)
+    source = np.where(in_a, a_start.astype(index)[:, None] + (pos - 1), b_start.astype(index)[:, None] + (pos - 2) - la)
+    input_ids = tokens[np.where(real, source, 0)].astype(vocab.id_dtype)
+    input_ids[~real] = vocab.pad
     rows = np.arange(n)
     input_ids[:, 0] = vocab.cls
     input_ids[rows, a_len + 1] = vocab.sep
@@ -322,7 +314,7 @@ def _replacement_kind(rng: np.random.Generator, shape: tuple[int, ...]) -> np.nd
 def _choose_tokens(real: np.ndarray, num_to_predict: np.ndarray, cfg: BertConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """The first ``num_to_predict`` candidates of a random order per row, as sorted positions (width = none)."""
     width, p = real.shape[1], cfg.max_predictions_per_seq
-    keys = np.where(real, rng.random(real.shape), 2.0)
+    keys = np.where(real, rng.random(real.shape, dtype=np.float32), np.float32(2.0))
     k = min(p, width)
     smallest = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < width else np.argsort(keys, axis=1)
     order = np.take_along_axis(smallest, np.argsort(np.take_along_axis(keys, smallest, axis=1), axis=1), axis=1)

@@ -28,6 +28,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
@@ -267,9 +268,9 @@ def _bert_manifest(vocab_dir: Path, bert: BertConfig, shards: ShardsConfig, seed
     return schema, manifest
 
 
-def _bert_graph(sentences: Callable[[beam.Pipeline], beam.PCollection], vocab_dir: Path, bert: BertConfig, shards: ShardsConfig, seed: int) -> Callable[[beam.Pipeline, Path], None]:
+def _bert_graph(sentences: Callable[[beam.Pipeline, Path], beam.PCollection], vocab_dir: Path, bert: BertConfig, shards: ShardsConfig, seed: int) -> Callable[[beam.Pipeline, Path], None]:
     def graph(p: beam.Pipeline, temp: Path) -> None:
-        docs, tokenize_counters, n_docs, total_tokens = _tokenize_and_count(sentences(p), vocab_dir)
+        docs, tokenize_counters, n_docs, total_tokens = _tokenize_and_count(sentences(p, temp), vocab_dir)
         made = (
             docs
             | "PartnerBuckets" >> beam.FlatMap(partner_buckets, beam.pvalue.AsSingleton(n_docs), bert, seed)
@@ -287,7 +288,7 @@ def write_bert_shards(
     """BERT shards from Parquet documents (columns id, text); returns the manifest written."""
     schema, manifest = _bert_manifest(vocab_dir, bert, shards, seed, [str(p) for p in doc_paths])
 
-    def sentences(p: beam.Pipeline) -> beam.PCollection:
+    def sentences(p: beam.Pipeline, temp: Path) -> beam.PCollection:
         return _read_documents(p, doc_paths) | "Sentences" >> beam.Map(_split_into_sentences)
 
     return _run(pipeline_options, _bert_graph(sentences, vocab_dir, bert, shards, seed), out_dir, schema, manifest, shards)
@@ -305,8 +306,12 @@ def write_bert_shards_from_sentences(
     """BERT shards from documents already split into sentences (benchmarks, tests, custom splitters)."""
     schema, manifest = _bert_manifest(vocab_dir, bert, shards, seed, [])
 
-    def sentences(p: beam.Pipeline) -> beam.PCollection:
-        return p | "Sentences" >> beam.Create(list(docs), reshuffle=False)
+    def sentences(p: beam.Pipeline, temp: Path) -> beam.PCollection:
+        # Through a file rather than beam.Create, which would pickle (and bz2) the corpus into the graph.
+        path = temp / "sentences.parquet"
+        pq.write_table(pa.table({"id": [d[0] for d in docs], "sentences": [list(d[1]) for d in docs]}), path)
+        rows = p | "ReadSentences" >> beam.io.ReadFromParquet(str(path))
+        return rows | "IdSentences" >> beam.Map(lambda row: (row["id"], row["sentences"]))
 
     return _run(pipeline_options, _bert_graph(sentences, vocab_dir, bert, shards, seed), out_dir, schema, manifest, shards)
 
