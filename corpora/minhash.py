@@ -109,7 +109,7 @@ class MinHasher:
             np.right_shift(y, np.uint64(61), out=s)
             s += y
             low = s.view(np.uint32)[:, ::2]  # little-endian: the low 32 bits of each uint64
-            if (y.view(np.uint32)[:, ::2] >= MAX_HASH - 7).any():
+            if y.view(np.uint32)[:, ::2].max() >= MAX_HASH - 7:
                 low = (((h * self.a + self.b) % np.uint64(MERSENNE_PRIME)) & np.uint64(MAX_HASH)).astype(np.uint32)
             np.minimum(out, low.min(axis=0), out=out)
         return out

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import tarfile
 import time
@@ -79,10 +80,12 @@ def stalling_extractor(html: bytes, url: str, favor: str) -> str | None:
         time.sleep(60)
     if b"RAISE" in html:
         raise ValueError("unparseable")
+    if b"CRASH" in html:
+        os._exit(1)  # as a segfault or an out-of-memory kill would end it
     return trafilatura_text(html, url, favor)
 
 
-def test_timeout_kills_and_restarts_the_worker(eval_pages):
+def test_timeout_and_crash_restart_the_worker(eval_pages):
     process = ExtractorProcess(timeout_s=1.0, extractor=stalling_extractor)
     html, _ = eval_pages["wired.com.burn.html"]
     try:
@@ -91,6 +94,8 @@ def test_timeout_kills_and_restarts_the_worker(eval_pages):
         assert time.monotonic() - started < 30
         assert process.restarts == 1
         assert extract_page(b"<html>RAISE</html>", "https://x.org/", extractor=process) == (None, "extraction_error")
+        assert extract_page(b"<html>CRASH</html>", "https://x.org/", extractor=process) == (None, "extraction_error")
+        assert process.restarts == 2
         text, reason = extract_page(html, "https://www.wired.com/", extractor=process)  # a fresh worker carries on
         assert reason == "" and "OpenAI" in text
     finally:
