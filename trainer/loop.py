@@ -24,7 +24,8 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from corpusforge.config import TrainConfig
-from shards.reader import read_manifest
+from shards.reader import ShardError, read_manifest
+from shards.verify import verify
 from trainer.checkpoint import checkpoint_dir, load_checkpoint, resolve_checkpoint, save_checkpoint, unwrap
 from trainer.data import DataWaitTimer, ShardStream, to_model_inputs
 from trainer.metrics import (
@@ -67,6 +68,16 @@ def init_world(device: str | None = None) -> World:
 def step_seed(seed: int, rank: int, step: int) -> int:
     """Seed of one optimizer step: dropout depends on (seed, rank, step), never on history."""
     return int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0])
+
+
+def check_shards(directories: list[Path], world: World, progress: bool) -> None:
+    """Rank 0 reads every shard once (size, sha256, schema) so a bad file fails now, by name, not hours in."""
+    if world.main:
+        problems = [line for directory in directories for line in verify(directory, progress=progress)]
+        if problems:
+            raise ShardError("; ".join(problems))
+    if world.size > 1:
+        dist.barrier()
 
 
 def make_stream(cfg: TrainConfig, shards: Path, world: World) -> ShardStream:
@@ -139,6 +150,8 @@ def train(
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
 
+    if cfg.verify_shards:
+        check_shards([Path(shards)] + ([Path(eval_shards)] if eval_shards is not None else []), world, progress)
     stream = make_stream(cfg, shards, world)
     manifest = stream.manifest
     task = manifest.task
@@ -173,10 +186,14 @@ def train(
     )
 
     loader = DataLoader(
-        stream, batch_size=None, num_workers=cfg.num_workers, pin_memory=world.device.type == "cuda"
+        stream,
+        batch_size=None,
+        num_workers=cfg.num_workers,
+        pin_memory=world.device.type == "cuda",
+        generator=torch.Generator().manual_seed(cfg.seed),  # workers' seeds never draw from the step seeds
     )
     timer = DataWaitTimer()
-    batches = timer.wrap(loader)
+    batches = timer.wrap(iter(loader))  # start the workers now, before the first step seeds dropout
     log = MetricsLog(run_dir, enabled=world.main)
     tokens_per_step = cfg.batch_size * accum * world.size * seq_len
     flops_token = flops_per_token(count_params(unwrap(model)), mcfg.n_layer, mcfg.n_embd, seq_len)

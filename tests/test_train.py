@@ -1,0 +1,167 @@
+"""End-to-end training on real shards built from Project Gutenberg books (shared data).
+
+Thresholds. A model that ignores its input can at best predict the most frequent target token every
+time, so its accuracy is that token's frequency. We require held-out accuracy above it: the model
+must have learned something no constant guess achieves. Losses must fall well below the start,
+which for an N(0, 0.02)-initialised model is ln(vocab size) (a uniform guess).
+"""
+from __future__ import annotations
+
+import collections
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+from apache_beam.options.pipeline_options import PipelineOptions
+from safetensors.torch import load_file
+
+from corpora.books import read_book
+from corpusforge.config import BertConfig, GptConfig, ShardsConfig, TrainConfig
+from pipeline.documents_io import documents_table
+from pipeline.examples_stage import write_bert_shards, write_gpt_shards
+from pipeline.vocab import train_bpe, train_wordpiece
+from shards.reader import ShardError, column_view, open_shard, read_manifest
+from trainer.checkpoint import OPTIMIZER_NAME, WEIGHTS_NAME, checkpoint_dir, read_state
+from trainer.loop import train
+from trainer.metrics import read_log
+
+TRAIN_BOOKS = ["11-0.txt", "46-0.txt", "43-0.txt", "16-0.txt"]  # Alice, A Christmas Carol, Jekyll & Hyde, Peter Pan
+HELD_OUT_BOOKS = ["35-0.txt", "41-0.txt"]  # The Time Machine, Sleepy Hollow: other authors, never trained on
+VOCAB = 2000  # small vocabularies keep the tiny models' decoders cheap on CPU
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Two OpenMP threads on a shared 2-core runner spin against each other; one is faster and deterministic."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def books(tmp_path_factory, shared_data) -> dict[str, Path]:
+    root = shared_data / "books" / "en"
+    out = tmp_path_factory.mktemp("books")
+    texts = []
+    for split, names in (("train", TRAIN_BOOKS), ("held_out", HELD_OUT_BOOKS)):
+        docs = [read_book(root / name, root) for name in names]
+        pq.write_table(documents_table(docs), out / f"{split}.parquet")
+        texts += [doc.text for doc in docs] if split == "train" else []
+    vocab = {"bert": train_wordpiece(texts, out / "wordpiece", VOCAB), "gpt": train_bpe(texts, out / "bpe", VOCAB)}
+    options = PipelineOptions(runner="DirectRunner", direct_running_mode="in_memory")
+    dirs = {}
+    for split in ("train", "held_out"):
+        docs = [out / f"{split}.parquet"]
+        dirs[f"bert-{split}"] = out / f"bert-{split}"
+        write_bert_shards(options, docs, vocab["bert"], dirs[f"bert-{split}"], BertConfig(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=2), ShardsConfig(), seed=1)
+        dirs[f"gpt-{split}"] = out / f"gpt-{split}"
+        write_gpt_shards(options, docs, vocab["gpt"], dirs[f"gpt-{split}"], GptConfig(seq_len=64), ShardsConfig(), seed=1)
+    return dirs
+
+
+def most_common_share(shard_dir: Path, ids_column: str, weights_column: str | None) -> float:
+    """Frequency of the most common target token: the best accuracy of an input-blind predictor."""
+    manifest = read_manifest(shard_dir)
+    counts = collections.Counter()
+    for entry in manifest.shards:
+        table = open_shard(manifest.shard_path(entry))
+        ids = column_view(table, ids_column)
+        if weights_column:
+            counts.update(ids[column_view(table, weights_column) > 0].tolist())
+        else:  # GPT: every next token of the real windows
+            length = column_view(table, "length")
+            counts.update(ids[:, 1:][np.arange(ids.shape[1] - 1)[None, :] < (length[:, None] - 1)].tolist())
+    return counts.most_common(1)[0][1] / sum(counts.values())
+
+
+def test_bert_tiny_learns_from_books(books, tmp_path):
+    cfg = TrainConfig(model="bert-tiny", steps=300, batch_size=32, lr=2e-3, warmup_steps=30, num_workers=0, log_every=50, checkpoint_every=0, eval_batches=10)
+    run = tmp_path / "run"
+    results = train(cfg, books["bert-train"], run, eval_shards=books["bert-held_out"], progress=False)
+
+    log = [r for r in read_log(run / "metrics.jsonl") if r["split"] == "train"]
+    assert [r["step"] for r in log] == [50, 100, 150, 200, 250, 300]
+    assert {"mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "lr", "tokens_per_s", "examples_per_s", "data_wait"} <= log[-1].keys()
+    start = math.log(2048)  # padded vocabulary: the uniform guess of the initial model
+    assert log[-1]["mlm_loss"] < start - 1.2 and log[-1]["mlm_loss"] < log[0]["mlm_loss"] - 0.4
+    assert log[-1]["lr"] == 0.0  # linear decay ends at zero
+    baseline = most_common_share(books["bert-held_out"], "masked_lm_ids", "masked_lm_weights")
+    assert results["mlm_accuracy"] > baseline, (results, baseline)
+    assert results["mlm_loss"] < start - 1.0 and results["perplexity"] == pytest.approx(math.exp(results["mlm_loss"]))
+    assert 0.0 < results["nsp_accuracy"] < 1.0 and results["examples"] == 320
+    assert json.loads((run / "eval.json").read_text()) == results
+    assert (run / "curves.png").stat().st_size > 10_000 and any((run / "tensorboard").iterdir())
+    state = read_state(checkpoint_dir(run, 300))
+    assert state["step"] == 300 and state["reader"]["position"] > 0
+
+
+def test_gpt_tiny_learns_from_books(books, tmp_path):
+    cfg = TrainConfig(task="gpt", model="gpt-tiny", steps=150, batch_size=16, lr=3e-3, warmup_steps=15, num_workers=0, log_every=50, checkpoint_every=0, eval_batches=10)
+    results = train(cfg, books["gpt-train"], tmp_path / "run", eval_shards=books["gpt-held_out"], progress=False)
+    log = [r for r in read_log(tmp_path / "run" / "metrics.jsonl") if r["split"] == "train"]
+    assert log[-1]["loss"] < math.log(2048) - 2.0 and log[-1]["loss"] < log[0]["loss"] - 0.5
+    assert log[-1]["lr"] == pytest.approx(0.1 * 3e-3, rel=1e-3)  # cosine ends at lr/10
+    assert results["accuracy"] > most_common_share(books["gpt-held_out"], "input_ids", None), results
+    assert results["perplexity"] < 2048 / 4
+
+
+def test_resume_is_bit_identical(books, tmp_path):
+    """4 steps, checkpoint, resume for 4 more == 8 straight steps: weights and optimizer, bit for bit.
+
+    Dropout is on (0.1), gradients accumulate over 2 micro-batches and the loader has 2 workers, so
+    reader position, step seeds, AdamW moments and the schedule must all round-trip exactly.
+    """
+    cfg = TrainConfig(model="bert-tiny", steps=8, batch_size=8, global_batch_size=16, lr=1e-3, num_workers=2, log_every=4, checkpoint_every=4, verify_shards=False)
+    train(cfg, books["bert-train"], tmp_path / "straight", progress=False)
+    train(cfg, books["bert-train"], tmp_path / "resumed", resume=checkpoint_dir(tmp_path / "straight", 4), progress=False)
+
+    straight, resumed = checkpoint_dir(tmp_path / "straight", 8), checkpoint_dir(tmp_path / "resumed", 8)
+    a, b = load_file(str(straight / WEIGHTS_NAME)), load_file(str(resumed / WEIGHTS_NAME))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    start = load_file(str(checkpoint_dir(tmp_path / "straight", 4) / WEIGHTS_NAME))
+    assert not all(torch.equal(a[k], start[k]) for k in a)  # the last 4 steps did change the weights
+    opt_a = torch.load(straight / OPTIMIZER_NAME, weights_only=True)["state"]
+    opt_b = torch.load(resumed / OPTIMIZER_NAME, weights_only=True)["state"]
+    assert all(torch.equal(opt_a[i][k], opt_b[i][k]) for i in opt_a for k in opt_a[i])
+    assert read_state(straight)["reader"] == read_state(resumed)["reader"]
+    assert read_state(straight)["scheduler"] == read_state(resumed)["scheduler"]
+    # the resumed run logs only its own steps, with the straight run's losses
+    log_a = read_log(tmp_path / "straight" / "metrics.jsonl")
+    log_b = read_log(tmp_path / "resumed" / "metrics.jsonl")
+    assert [r["step"] for r in log_b] == [8] and log_b[0]["loss"] == log_a[-1]["loss"]
+
+
+def corrupt_copy(source: Path, target: Path, how: str) -> Path:
+    shutil.copytree(source, target)
+    shard = target / read_manifest(target).shards[0].file
+    data = bytearray(shard.read_bytes())
+    if how == "truncate":
+        shard.write_bytes(data[: len(data) // 2])
+    else:  # same size, one flipped byte in the middle of the token ids: only the checksum can tell
+        data[len(data) // 2] ^= 0xFF
+        shard.write_bytes(bytes(data))
+    return shard
+
+
+@pytest.mark.parametrize("how", ["truncate", "flip"])
+def test_damaged_shard_fails_naming_the_file(books, tmp_path, how):
+    shard = corrupt_copy(books["bert-train"], tmp_path / "shards", how)
+    cfg = TrainConfig(model="bert-tiny", steps=2, batch_size=8, num_workers=0)
+    with pytest.raises(ShardError, match=shard.name) as error:
+        train(cfg, tmp_path / "shards", tmp_path / "run", progress=False)
+    assert ("bytes" in str(error.value)) if how == "truncate" else ("sha256" in str(error.value))
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_truncated_shard_fails_by_name_even_unverified(books, tmp_path):
+    """With verification off the reader still checks sizes when it opens a shard."""
+    shard = corrupt_copy(books["bert-train"], tmp_path / "shards", "truncate")
+    cfg = TrainConfig(model="bert-tiny", steps=2, batch_size=8, num_workers=0, verify_shards=False)
+    with pytest.raises(ShardError, match=shard.name):
+        train(cfg, tmp_path / "shards", tmp_path / "run", progress=False)
