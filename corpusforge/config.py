@@ -132,6 +132,7 @@ class TrainConfig(Section):
     dropout: float | None = None  # None: 0.1 for BERT (paper), 0.0 for GPT (nanoGPT)
     pre_ln: bool = False  # BERT: pre-LN encoder instead of the paper's post-LN (not exportable to HF)
     eval_batches: int = 100  # held-out evaluation at the end: at most this many batches per rank
+    verify_shards: bool = True  # check every shard's size, sha256 and schema before training (shards.verify)
 
 
 class FetchConfig(Section):
