@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/extract.py [--pages 990] [--no-fallback]
 
-Speed: pages/s of our whole stage (worker process with a time limit, ftfy, language id, quality rules)
+Speed: pages/s (wall, and per CPU-second of parent + worker: the per-core figure) of our whole stage (worker process with a time limit, ftfy, language id, quality rules)
 vs calling trafilatura directly in-process with the same settings, on the same pages, interleaved in
 blocks so machine load hits both alike; one worker = one core busy at a time.
 Quality: trafilatura's own scoring (tests/eval_common.py upstream): whitespace-normalised substring
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import tarfile
@@ -22,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 import trafilatura
+from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -63,10 +65,20 @@ def score(results: list[str | None], pages: list[tuple[str, bytes, dict]]) -> tu
     return precision, recall, 2 * tp / (2 * tp + fp + fn)
 
 
-def timed(function, pages) -> tuple[list, float]:
-    start = time.perf_counter()
+def cpu_seconds(pid: int | None = None) -> float:
+    """CPU time of this process, plus the extraction worker's (from /proc) when ``pid`` is given."""
+    own = time.process_time()
+    if pid is None:
+        return own
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return own + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def timed(function, pages, pid: int | None = None) -> tuple[list, float, float]:
+    """Results, wall seconds, CPU seconds (wall time on a loaded machine includes waiting for a core)."""
+    start, start_cpu = time.perf_counter(), cpu_seconds(pid)
     out = [function(url, html) for url, html, _ in pages]
-    return out, time.perf_counter() - start
+    return out, time.perf_counter() - start, cpu_seconds(pid) - start_cpu
 
 
 def safe(function):
@@ -101,34 +113,37 @@ def main() -> None:
     for url, html, _ in pages[:BLOCK]:  # warm-up, untimed: worker start, lazy imports, language model
         direct(url, html), stage(url, html)
     direct_out, stage_out, texts = [], [], []
-    direct_s = stage_s = 0.0
-    for i in range(0, len(pages), BLOCK):  # interleaved blocks: load changes hit both sides alike
+    wall = {"direct": 0.0, "stage": 0.0}
+    cpu = {"direct": 0.0, "stage": 0.0}
+    for i in tqdm(range(0, len(pages), BLOCK), desc="pages", unit_scale=BLOCK):
         block = pages[i : i + BLOCK]
         for side in (("direct", "stage") if i // BLOCK % 2 else ("stage", "direct")):  # alternate who goes first
             if side == "direct":
-                out, seconds = timed(safe(direct), block)
+                out, seconds, cpu_s = timed(safe(direct), block)
                 direct_out += out
-                direct_s += seconds
             else:
-                out, seconds = timed(stage, block)
+                out, seconds, cpu_s = timed(stage, block, process.pid)
                 stage_out += out
-                stage_s += seconds
+            wall[side] += seconds
+            cpu[side] += cpu_s
         texts += [stage_text(url, html) for url, html, _ in block]
     process.close()
 
     n = len(pages)
     print(f"extraction: {n} pages of trafilatura's evaluation set, favor={cfg.favor}, 1 worker")
-    print(f"  trafilatura direct  {n / direct_s:7.1f} pages/s")
-    print(f"  our stage           {n / stage_s:7.1f} pages/s  (overhead {stage_s / direct_s - 1:+.1%}: worker process, "
-          f"time limit, ftfy, language id, quality rules)")
+    print(f"  {'':20} {'pages/s (wall)':>15} {'pages/s per CPU-second':>23}")
+    for side, name in (("direct", "trafilatura direct"), ("stage", "our stage")):
+        print(f"  {name:20} {n / wall[side]:15.1f} {n / cpu[side]:23.1f}")
+    print(f"  overhead of our stage: {wall['stage'] / wall['direct'] - 1:+.1%} wall, {cpu['stage'] / cpu['direct'] - 1:+.1%} CPU "
+          "(worker process, time limit, mojibake repair, quality rules, language id)")
     reasons = Counter(reason or "kept" for _, reason in stage_out)
     print("  page outcomes (default filters, English only):", dict(sorted(reasons.items())))
 
     print(f"quality (upstream scoring, {n} pages)   precision  recall     F1")
     rows = [("ours (extraction stage)", texts), (f"trafilatura favor={cfg.favor}", direct_out)]
-    rows.append(("trafilatura gate fast", timed(safe(lambda u, h: trafilatura.extract(h, fast=True, **GATE)), pages)[0]))
+    rows.append(("trafilatura gate fast", timed(safe(lambda u, h: trafilatura.extract(h, fast=True, **GATE)), tqdm(pages, desc="gate fast"))[0]))
     if not args.no_fallback:
-        rows.append(("trafilatura gate fallback", timed(safe(lambda u, h: trafilatura.extract(h, fast=False, **GATE)), pages)[0]))
+        rows.append(("trafilatura gate fallback", timed(safe(lambda u, h: trafilatura.extract(h, fast=False, **GATE)), tqdm(pages, desc="gate fallback"))[0]))
     for name, results in rows:
         p, r, f1 = score(results, pages)
         print(f"  {name:34} {p:9.4f} {r:7.4f} {f1:7.4f}")

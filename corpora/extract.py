@@ -104,6 +104,11 @@ class ExtractorProcess:
                 return None, "extraction_error"
             return (text, "") if status == "ok" else (None, "extraction_error")
 
+    @property
+    def pid(self) -> int | None:
+        """The current worker's process id (it changes after a restart), for CPU accounting."""
+        return self._process.pid if self._process is not None else None
+
     def close(self) -> None:
         with self._lock:
             self._stop()
@@ -146,7 +151,7 @@ def clean_page(text: str | None, cfg: ExtractConfig) -> tuple[str | None, str]:
     if reason:
         return None, reason
     if cfg.languages:
-        language, confidence = detect_language(text, windows=3, window_chars=600)  # a page, not a book
+        language, confidence = detect_language(text, windows=2, window_chars=500)  # a page, not a book
         if language not in cfg.languages or confidence < cfg.min_language_confidence:
             return None, "language"
     return text, ""
