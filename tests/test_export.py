@@ -7,9 +7,11 @@ import pytest
 import torch
 from shard_factory import bert_tokenizer_json, gpt_tokenizer_json, random_bert_columns, random_gpt_columns, write_shards
 from transformers import AutoTokenizer, BertForPreTraining, GPT2LMHeadModel
+from typer.testing import CliRunner
 
 from corpusforge.config import TrainConfig
 from trainer.checkpoint import load_weights, read_state, resolve_checkpoint
+from trainer.cli import app
 from trainer.data import ShardStream, to_model_inputs
 from trainer.export import export_hf
 from trainer.loop import train
@@ -50,8 +52,17 @@ def gpt_shards(tmp_path_factory, shared_data) -> Path:
 
 
 def test_bert_export_logits_match_transformers(bert_shards, tmp_path):
-    ckpt = trained_checkpoint(bert_shards, tmp_path / "run", "bert-tiny")
-    out = export_hf(ckpt, tmp_path / "hf")
+    """Through the command line: ``train`` a few steps, then ``export RUN OUT --format hf``."""
+    run, out = tmp_path / "run", tmp_path / "hf"
+    trained = CliRunner().invoke(app, [
+        "train", "--shards", str(bert_shards), "--out", str(run), "--model", "bert-tiny", "--steps", "3",
+        "--batch-size", "8", "--lr", "1e-3", "--set", "train.num_workers=0", "--set", "train.seed=3",
+    ])
+    assert trained.exit_code == 0, trained.output
+    exported = CliRunner().invoke(app, ["export", str(run), str(out), "--format", "hf"])
+    assert exported.exit_code == 0 and str(out) in exported.output, exported.output
+    ckpt = resolve_checkpoint(run)
+    assert ckpt.name == "step-00000003" and read_state(ckpt)["train_config"]["task"] == "bert"
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= {p.name for p in out.iterdir()}
 
     batch = first_batch(bert_shards)
@@ -95,3 +106,5 @@ def test_pre_ln_bert_refuses_export(bert_shards, tmp_path):
     train(cfg, bert_shards, tmp_path / "run", progress=False)
     with pytest.raises(ValueError, match="pre-LN"):
         export_hf(tmp_path / "run", tmp_path / "hf")
+    refused = CliRunner().invoke(app, ["export", str(tmp_path / "run"), str(tmp_path / "hf")])
+    assert refused.exit_code == 2 and "pre-LN" in refused.output and not (tmp_path / "hf").exists()

@@ -126,6 +126,9 @@ def save_tokenizer(vocab: dict, family: str, out_dir: Path) -> None:
         eot = tokenizer.id_to_token(special["eot"])
         names = {"bos_token": eot, "eos_token": eot, "unk_token": eot}
     PreTrainedTokenizerFast(tokenizer_object=tokenizer, **names).save_pretrained(str(out_dir))
+    for name in ("vocab.txt", "vocab.json", "merges.txt"):  # the slow tokenizers' files, when the vocab has them
+        if (path.parent / name).is_file():
+            shutil.copyfile(path.parent / name, out_dir / name)
 
 
 def export_hf(checkpoint: Path, out_dir: Path) -> Path:

@@ -1,0 +1,82 @@
+"""``train`` and ``export`` commands. Multi-GPU: ``torchrun --nproc-per-node 8 $(which corpusforge) train ...``."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from pydantic import ValidationError
+
+from corpusforge.config import TrainConfig, load_config
+from shards.reader import ShardError
+
+app = typer.Typer(help="Pre-train BERT/GPT models on shards and export them.", no_args_is_help=True)
+
+
+def fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+@app.command("train")
+def train_command(
+    shards: Annotated[Path, typer.Option("--shards", help="training shard directory (holds manifest.json)")],
+    out: Annotated[Optional[Path], typer.Option("--out", help="run directory (default: <run.output_dir>/train/<model>)")] = None,
+    model: Annotated[Optional[str], typer.Option(help="bert-tiny|mini|small|medium|base, gpt-tiny|small, gpt2-124M")] = None,
+    steps: Annotated[Optional[int], typer.Option(help="optimizer steps")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(help="examples per micro-batch per process")] = None,
+    global_batch_size: Annotated[Optional[int], typer.Option(help="examples per optimizer step (gradient accumulation)")] = None,
+    lr: Annotated[Optional[float], typer.Option(help="peak learning rate (default: the family's recipe)")] = None,
+    warmup_steps: Annotated[Optional[int], typer.Option(help="default: 1% of the steps")] = None,
+    eval_shards: Annotated[Optional[Path], typer.Option("--eval-shards", help="held-out shard directory evaluated at the end")] = None,
+    resume: Annotated[Optional[Path], typer.Option(help="checkpoint directory, or a run directory (its newest checkpoint)")] = None,
+    compile: Annotated[Optional[bool], typer.Option("--compile/--no-compile", help="torch.compile on CUDA")] = None,
+    device: Annotated[Optional[str], typer.Option(help="cuda or cpu (default: cuda when available)")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", help="TOML configuration; its [train] section is the base")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="override a key, e.g. --set train.grad_clip=0.5")] = [],
+) -> None:
+    """Pre-train a model; logs, checkpoints, curves.png and eval.json go to the run directory."""
+    from trainer.loop import train
+    from trainer.sizes import get_size
+
+    try:
+        cfg = load_config(config, set_)
+        given = {
+            "model": model,
+            "steps": steps,
+            "batch_size": batch_size,
+            "global_batch_size": global_batch_size,
+            "lr": lr,
+            "warmup_steps": warmup_steps,
+            "compile": compile,
+        }
+        values = {**cfg.train.model_dump(), **{k: v for k, v in given.items() if v is not None}}
+        train_cfg = TrainConfig.model_validate({**values, "task": get_size(values["model"]).family})
+        run_dir = out or cfg.run.output_dir / "train" / train_cfg.model
+        results = train(train_cfg, shards, run_dir, eval_shards=eval_shards, resume=resume, device=device)
+    except ValidationError as error:
+        fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()))
+    except (ShardError, ValueError, FileNotFoundError) as error:
+        fail(str(error))
+    if results:
+        typer.echo(json.dumps(results, indent=2))
+    typer.echo(f"run written to {run_dir}")
+
+
+@app.command("export")
+def export_command(
+    checkpoint: Annotated[Path, typer.Argument(help="checkpoint directory, or a run directory (its newest checkpoint)")],
+    out: Annotated[Path, typer.Argument(help="output directory")],
+    format: Annotated[str, typer.Option("--format", help="hf: a transformers directory")] = "hf",
+) -> None:
+    """Write a checkpoint as a transformers model directory with its tokenizer."""
+    from trainer.export import export_hf
+
+    if format != "hf":
+        fail(f"unknown export format {format!r} (supported: hf)")
+    try:
+        path = export_hf(checkpoint, out)
+    except (ValueError, FileNotFoundError) as error:
+        fail(str(error))
+    typer.echo(f"exported to {path}")
