@@ -2,7 +2,8 @@
 
 1. It computes only the *last* bag of the translated graph ("connected to the full task graph" holds
    only for linear pipelines), so every other branch, e.g. a second writer, silently never runs.
-   Here every leaf bag (a transform whose output nothing consumes) is computed.
+   Here every leaf bag (a transform whose output nothing consumes) is computed, all in one graph so
+   shared upstream steps run once (optimising the leaves one by one would re-run them per leaf).
 2. A multi-output ParDo strips the output tags and hands every consumer all outputs mixed; it also
    drops what ``finish_bundle`` emits. Here bundles keep tags and ``finish_bundle`` output, and each
    consumer gets only the elements of the output it reads.
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import collections
 
-import dask
 import dask.bag as db
 import dask.distributed as ddist
 import apache_beam as beam
@@ -136,5 +136,5 @@ class DaskRunner(BeamDaskRunner):
         pipeline.replace_all(dask_overrides())
         visitor = _Visitor(bag_kwargs)
         pipeline.visit(visitor)
-        futures = client.compute(list(dask.optimize(*visitor.leaves())))
+        futures = client.compute(visitor.leaves())  # one graph: shared upstream tasks run once
         return _Result(client, futures)
