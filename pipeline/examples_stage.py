@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import tempfile
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -30,9 +31,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
 from corpusforge.config import BertConfig, GptConfig, ShardsConfig
 from pipeline.bert_examples import MaskingVocab, TokenizedDocument, create_bucket_examples, stable_hash, tokenize_documents
@@ -41,7 +39,9 @@ from pipeline.vocab import EOT, load_tokenizer, vocab_manifest
 from shards.format import FORMAT_VERSION, bert_schema, gpt_schema, id_type
 from shards.writer import iter_sorted_buckets, keyed_schema, range_buckets, record_batch, row_bytes, write_shards, write_sort_bucket
 
-COUNTERS = "counters"
+# Multi-output steps emit (kind, value) pairs split by ``_only``: the DaskRunner mixes tagged outputs
+# and drops what ``finish_bundle`` emits, so neither is used here.
+DOC, PIECE, COUNTERS = "doc", "piece", "counters"
 TOKENIZE_BATCH_CHARS = 1_000_000  # text per encode_batch_fast call
 
 
@@ -62,50 +62,51 @@ def example_keys(bases: Sequence[int], owner: np.ndarray) -> np.ndarray:
     return mix64(np.asarray(bases, dtype=np.uint64)[owner] + within.astype(np.uint64))
 
 
+BYTES_PER_TOKEN = 4.0  # text bytes per token, to size sort buckets before anything is tokenized
+
+
 def sort_bucket_count(estimated_examples: float, bytes_per_example: int, shards: ShardsConfig) -> int:
     return max(1, math.ceil(estimated_examples * bytes_per_example / shards.sort_bucket_bytes))
 
 
-class TokenizeDocuments(beam.DoFn):
-    """(doc id, sentences) -> TokenizedDocument, batching documents into large ``encode_batch_fast`` calls."""
+def corpus_size(paths: Sequence[Path], text_column: str) -> tuple[int, int]:
+    """(rows, uncompressed text bytes) from the Parquet footers alone.
+
+    Bucket counts come from here, in the launching process, rather than from Beam side inputs:
+    they are exact and deterministic, and the DaskRunner miscounts side inputs built by combiners.
+    """
+    rows = text_bytes = 0
+    for path in paths:
+        metadata = pq.ParquetFile(path).metadata
+        rows += metadata.num_rows
+        for group in range(metadata.num_row_groups):
+            for column in range(metadata.num_columns):
+                chunk = metadata.row_group(group).column(column)
+                if chunk.path_in_schema.split(".")[0] == text_column:
+                    text_bytes += chunk.total_uncompressed_size
+    return rows, text_bytes
+
+
+class TokenizeBatch(beam.DoFn):
+    """A batch of (doc id, sentences) -> (DOC, TokenizedDocument)..., (COUNTERS, dict): one ``encode_batch_fast``."""
 
     def __init__(self, vocab_dir: Path) -> None:
         self._vocab_dir = str(vocab_dir)
 
     def setup(self) -> None:
-        tokenizer = load_tokenizer(Path(self._vocab_dir))
-        self._tokenizer = tokenizer
-        self._dtype = np.dtype(np.uint16) if tokenizer.get_vocab_size(with_added_tokens=True) <= 65535 else np.dtype(np.int32)
+        self._tokenizer = load_tokenizer(Path(self._vocab_dir))
+        self._dtype = np.dtype(np.uint16) if self._tokenizer.get_vocab_size(with_added_tokens=True) <= 65535 else np.dtype(np.int32)
 
-    def start_bundle(self) -> None:
-        self._buffer: list[tuple[str, list[str]]] = []
-        self._chars = 0
-
-    def process(self, doc: tuple[str, list[str]]) -> Iterator:
-        self._buffer.append(doc)
-        self._chars += sum(map(len, doc[1]))
-        if self._chars >= TOKENIZE_BATCH_CHARS:
-            yield from self._flush()
-
-    def finish_bundle(self) -> Iterator:
-        for value in self._flush():
-            if isinstance(value, beam.pvalue.TaggedOutput):
-                yield beam.pvalue.TaggedOutput(value.tag, WindowedValue(value.value, MIN_TIMESTAMP, [GlobalWindow()]))
-            else:
-                yield WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
-
-    def _flush(self) -> Iterator:
-        if not self._buffer:
-            return
-        docs, counters = tokenize_documents(self._tokenizer, self._buffer, self._dtype)
-        self._buffer, self._chars = [], 0
-        yield from docs
-        yield beam.pvalue.TaggedOutput(COUNTERS, dict(counters))
+    def process(self, batch: list[tuple[str, list[str]]]) -> Iterator[tuple[str, object]]:
+        docs, counters = tokenize_documents(self._tokenizer, batch, self._dtype)
+        for doc in docs:
+            yield DOC, doc
+        yield COUNTERS, dict(counters)
 
 
 def partner_buckets(doc: TokenizedDocument, n_docs: int, bert: BertConfig, seed: int) -> Iterator[tuple[tuple[int, int], TokenizedDocument]]:
     """One copy of the document per dupe index, each in a bucket drawn afresh from the whole corpus."""
-    buckets = max(1, n_docs // bert.partner_bucket_size)
+    buckets = max(1, n_docs // bert.partner_bucket_size)  # n_docs counts input rows, empty documents included
     for dupe in range(bert.dupe_factor):
         yield (dupe, stable_hash(seed, dupe, doc.id) % buckets), doc
 
@@ -122,53 +123,52 @@ def _keyed_pieces(origin: str, keys: np.ndarray, columns: dict[str, np.ndarray],
 
 
 class MakeBertExamples(beam.DoFn):
-    def __init__(self, vocab_dir: Path, bert: BertConfig, shards: ShardsConfig, seed: int) -> None:
-        self._vocab_dir, self._bert, self._shards, self._seed = str(vocab_dir), bert, shards, seed
+    def __init__(self, vocab_dir: Path, bert: BertConfig, sort_buckets: int, seed: int) -> None:
+        self._vocab_dir, self._bert, self._sort_buckets, self._seed = str(vocab_dir), bert, sort_buckets, seed
 
     def setup(self) -> None:
         self._vocab = MaskingVocab.from_tokenizer(load_tokenizer(Path(self._vocab_dir)))
         self._schema = bert_schema(self._bert.max_seq_length, self._bert.max_predictions_per_seq, self._vocab.size)
 
-    def process(self, element: tuple[tuple[int, int], Iterable[TokenizedDocument]], total_tokens: int) -> Iterator:
+    def process(self, element: tuple[tuple[int, int], Iterable[TokenizedDocument]]) -> Iterator:
         (dupe, bucket), docs = element
         docs = sorted(docs, key=lambda d: d.id)
         examples, counters = create_bucket_examples(docs, dupe, self._vocab, self._bert, self._seed)
-        yield beam.pvalue.TaggedOutput(COUNTERS, dict(counters))
+        yield COUNTERS, dict(counters)
         if not len(examples):
             return
         keys = example_keys([stable_hash(self._seed, "order", doc.id, dupe) for doc in docs], examples.a_doc)
-        per_example = total_tokens * self._bert.dupe_factor / (0.8 * (self._bert.max_seq_length - 3))
-        buckets = sort_bucket_count(per_example, row_bytes(self._schema), self._shards)
-        yield from _keyed_pieces(f"{dupe}/{bucket}", keys, examples.columns(), self._schema, buckets)
+        for piece in _keyed_pieces(f"{dupe}/{bucket}", keys, examples.columns(), self._schema, self._sort_buckets):
+            yield PIECE, piece
 
 
 class MakeGptWindows(beam.DoFn):
-    def __init__(self, vocab_dir: Path, gpt: GptConfig, shards: ShardsConfig, seed: int) -> None:
-        self._vocab_dir, self._gpt, self._shards, self._seed = str(vocab_dir), gpt, shards, seed
+    def __init__(self, vocab_dir: Path, gpt: GptConfig, sort_buckets: int, seed: int) -> None:
+        self._vocab_dir, self._gpt, self._sort_buckets, self._seed = str(vocab_dir), gpt, sort_buckets, seed
 
     def setup(self) -> None:
         tokenizer = load_tokenizer(Path(self._vocab_dir))
         self._eot = tokenizer.token_to_id(EOT)
         self._schema = gpt_schema(self._gpt.seq_len, tokenizer.get_vocab_size(with_added_tokens=True))
 
-    def process(self, element: tuple[int, Iterable[TokenizedDocument]], total_tokens: int) -> Iterator:
+    def process(self, element: tuple[int, Iterable[TokenizedDocument]]) -> Iterator:
         bucket, docs = element
         windows, counters = cut_windows([(d.id, d.tokens) for d in docs], self._eot, self._gpt.seq_len, self._gpt.keep_tail, self._seed)
-        yield beam.pvalue.TaggedOutput(COUNTERS, dict(counters))
+        yield COUNTERS, dict(counters)
         if not len(windows):
             return
         keys = example_keys([stable_hash(self._seed, "gpt-order", bucket)], np.zeros(len(windows), dtype=np.int64))
-        buckets = sort_bucket_count(total_tokens / (self._gpt.seq_len + 1), row_bytes(self._schema), self._shards)
-        yield from _keyed_pieces(f"{bucket}", keys, windows.columns(), self._schema, buckets)
+        for piece in _keyed_pieces(f"{bucket}", keys, windows.columns(), self._schema, self._sort_buckets):
+            yield PIECE, piece
 
 
 class WriteSortBucket(beam.DoFn):
     def __init__(self, directory: Path) -> None:
         self._directory = str(directory)
 
-    def process(self, element: tuple[int, Iterable[tuple[str, pa.RecordBatch]]]) -> Iterator[int]:
+    def process(self, element: tuple[int, Iterable[tuple[str, pa.RecordBatch]]]) -> Iterator[dict]:
         bucket, pieces = element
-        yield write_sort_bucket(Path(self._directory) / f"bucket-{bucket:08d}.arrow", pieces)
+        yield {"sorted_examples": write_sort_bucket(Path(self._directory) / f"bucket-{bucket:08d}.arrow", pieces), "sort_buckets": 1}
 
 
 def merge_counters(parts: Iterable[dict]) -> dict:
@@ -182,17 +182,25 @@ def _write_json(value: dict, path: str) -> None:
     Path(path).write_text(json.dumps(value, sort_keys=True), encoding="utf-8")
 
 
-def _tokenize_and_count(docs: beam.PCollection, vocab_dir: Path) -> tuple[beam.PCollection, beam.PCollection, beam.PCollection, beam.PCollection]:
-    tokenized = docs | "Tokenize" >> beam.ParDo(TokenizeDocuments(vocab_dir)).with_outputs(COUNTERS, main="docs")
-    n_docs = tokenized.docs | "CountDocs" >> beam.combiners.Count.Globally()
-    total_tokens = tokenized.docs | "DocTokens" >> beam.Map(lambda d: len(d.tokens)) | "SumTokens" >> beam.CombineGlobally(sum)
-    return tokenized.docs, tokenized[COUNTERS], n_docs, total_tokens
+def _only(element: tuple[str, object], kind: str) -> Iterator[object]:
+    if element[0] == kind:
+        yield element[1]
 
 
-def _finish_graph(pieces: beam.PCollection, counter_parts: list[beam.PCollection], temp: Path) -> None:
-    _ = pieces | "ByRange" >> beam.GroupByKey() | "WriteSortBuckets" >> beam.ParDo(WriteSortBucket(temp))
+def _tokenize(batches: beam.PCollection, vocab_dir: Path) -> tuple[beam.PCollection, beam.PCollection]:
+    tokenized = batches | "Tokenize" >> beam.ParDo(TokenizeBatch(vocab_dir))
+    return tokenized | "TokenizedDocs" >> beam.FlatMap(_only, DOC), tokenized | "TokenizeCounters" >> beam.FlatMap(_only, COUNTERS)
+
+
+def _finish_graph(made: beam.PCollection, tokenize_counters: beam.PCollection, temp: Path) -> None:
+    """Sort buckets written, then all counters merged into one file: the graph's single sink.
+
+    One sink because the DaskRunner computes only the last step of a graph (and what it depends on).
+    """
+    pieces = made | "Pieces" >> beam.FlatMap(_only, PIECE)
+    written = pieces | "ByRange" >> beam.GroupByKey() | "WriteSortBuckets" >> beam.ParDo(WriteSortBucket(temp))
     _ = (
-        counter_parts
+        [tokenize_counters, made | "ExampleCounters" >> beam.FlatMap(_only, COUNTERS), written]
         | "AllCounters" >> beam.Flatten()
         | "MergeCounters" >> beam.CombineGlobally(merge_counters)
         | "WriteCounters" >> beam.Map(_write_json, str(temp / "counters.json"))
@@ -219,7 +227,7 @@ def _run(
         buckets = sorted(temp.glob("bucket-*.arrow"))
         examples = sum(_row_count(path) for path in buckets)
         announced = counters.get("examples", counters.get("full_windows", 0) + counters.get("tail_windows", 0))
-        if examples != announced:
+        if not examples == announced == counters.get("sorted_examples", 0):
             raise RuntimeError(f"sort buckets hold {examples} examples, the example stage made {announced}")
         manifest["totals"] = counters
         return write_shards(
@@ -241,18 +249,35 @@ def _row_count(path: Path) -> int:
     return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
 
 
-def _read_documents(p: beam.Pipeline, doc_paths: Sequence[Path]) -> beam.PCollection:
-    """(id, text) of every document in the Parquet files."""
-    reads = [p | f"Read{index}" >> beam.io.ReadFromParquet(str(path), columns=["id", "text"]) for index, path in enumerate(sorted(doc_paths))]
-    if not reads:
-        return p | "NoDocuments" >> beam.Create([])
-    return reads | "Documents" >> beam.Flatten() | "IdText" >> beam.Map(lambda row: (row["id"], row["text"]))
+def _read_parquet(p: beam.Pipeline, paths: Sequence[Path], columns: tuple[str, str], label: str) -> beam.PCollection:
+    """Batches of (column 0, column 1) rows holding about ``TOKENIZE_BATCH_CHARS`` of text, one task per row group.
+
+    Row groups through Create + FlatMap rather than ``ReadFromParquet``: the DaskRunner cannot
+    translate Beam's ``Read`` primitive. Batches make one tokenizer call cover many documents.
+    """
+    parts = [(str(path), group) for path in sorted(paths) for group in range(pq.ParquetFile(path).num_row_groups)]
+    return p | f"{label}Parts" >> beam.Create(parts) | f"{label}Rows" >> beam.FlatMap(_read_row_group, columns)
 
 
-def _split_into_sentences(doc: tuple[str, str]) -> tuple[str, list[str]]:
+def _read_row_group(part: tuple[str, int], columns: tuple[str, str]) -> Iterator[list[tuple]]:
+    path, group = part
+    table = pq.ParquetFile(path).read_row_group(group, columns=list(columns))
+    batch: list[tuple] = []
+    chars = 0
+    for row in zip(*(table.column(name).to_pylist() for name in columns)):
+        batch.append(row)
+        chars += len(row[1]) if isinstance(row[1], str) else sum(map(len, row[1]))
+        if chars >= TOKENIZE_BATCH_CHARS:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
+
+
+def _split_into_sentences(batch: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
     from corpora.sentences import split_sentences
 
-    return doc[0], split_sentences(doc[1])
+    return [(doc_id, split_sentences(text)) for doc_id, text in batch]
 
 
 def _bert_manifest(vocab_dir: Path, bert: BertConfig, shards: ShardsConfig, seed: int, inputs: list[str]) -> tuple[pa.Schema, dict]:
@@ -268,16 +293,22 @@ def _bert_manifest(vocab_dir: Path, bert: BertConfig, shards: ShardsConfig, seed
     return schema, manifest
 
 
-def _bert_graph(sentences: Callable[[beam.Pipeline, Path], beam.PCollection], vocab_dir: Path, bert: BertConfig, shards: ShardsConfig, seed: int) -> Callable[[beam.Pipeline, Path], None]:
+def _bert_graph(
+    sentences: Callable[[beam.Pipeline, Path], beam.PCollection], size: tuple[int, int], schema: pa.Schema, vocab_dir: Path, bert: BertConfig, shards: ShardsConfig, seed: int
+) -> Callable[[beam.Pipeline, Path], None]:
+    n_docs, text_bytes = size
+    examples = text_bytes / BYTES_PER_TOKEN * bert.dupe_factor / (0.8 * (bert.max_seq_length - 3))
+    sort_buckets = sort_bucket_count(examples, row_bytes(schema), shards)
+
     def graph(p: beam.Pipeline, temp: Path) -> None:
-        docs, tokenize_counters, n_docs, total_tokens = _tokenize_and_count(sentences(p, temp), vocab_dir)
+        docs, tokenize_counters = _tokenize(sentences(p, temp), vocab_dir)
         made = (
             docs
-            | "PartnerBuckets" >> beam.FlatMap(partner_buckets, beam.pvalue.AsSingleton(n_docs), bert, seed)
+            | "PartnerBuckets" >> beam.FlatMap(partner_buckets, n_docs, bert, seed)
             | "ByPartnerBucket" >> beam.GroupByKey()
-            | "Examples" >> beam.ParDo(MakeBertExamples(vocab_dir, bert, shards, seed), beam.pvalue.AsSingleton(total_tokens)).with_outputs(COUNTERS, main="pieces")
+            | "Examples" >> beam.ParDo(MakeBertExamples(vocab_dir, bert, sort_buckets, seed))
         )
-        _finish_graph(made.pieces, [tokenize_counters, made[COUNTERS]], temp)
+        _finish_graph(made, tokenize_counters, temp)
 
     return graph
 
@@ -289,9 +320,10 @@ def write_bert_shards(
     schema, manifest = _bert_manifest(vocab_dir, bert, shards, seed, [str(p) for p in doc_paths])
 
     def sentences(p: beam.Pipeline, temp: Path) -> beam.PCollection:
-        return _read_documents(p, doc_paths) | "Sentences" >> beam.Map(_split_into_sentences)
+        return _read_parquet(p, doc_paths, ("id", "text"), "Documents") | "Sentences" >> beam.Map(_split_into_sentences)
 
-    return _run(pipeline_options, _bert_graph(sentences, vocab_dir, bert, shards, seed), out_dir, schema, manifest, shards)
+    graph = _bert_graph(sentences, corpus_size(doc_paths, "text"), schema, vocab_dir, bert, shards, seed)
+    return _run(pipeline_options, graph, out_dir, schema, manifest, shards)
 
 
 def write_bert_shards_from_sentences(
@@ -306,14 +338,16 @@ def write_bert_shards_from_sentences(
     """BERT shards from documents already split into sentences (benchmarks, tests, custom splitters)."""
     schema, manifest = _bert_manifest(vocab_dir, bert, shards, seed, [])
 
-    def sentences(p: beam.Pipeline, temp: Path) -> beam.PCollection:
+    with tempfile.TemporaryDirectory() as scratch:
         # Through a file rather than beam.Create, which would pickle (and bz2) the corpus into the graph.
-        path = temp / "sentences.parquet"
+        path = Path(scratch) / "sentences.parquet"
         pq.write_table(pa.table({"id": [d[0] for d in docs], "sentences": [list(d[1]) for d in docs]}), path)
-        rows = p | "ReadSentences" >> beam.io.ReadFromParquet(str(path))
-        return rows | "IdSentences" >> beam.Map(lambda row: (row["id"], row["sentences"]))
 
-    return _run(pipeline_options, _bert_graph(sentences, vocab_dir, bert, shards, seed), out_dir, schema, manifest, shards)
+        def sentences(p: beam.Pipeline, temp: Path) -> beam.PCollection:
+            return _read_parquet(p, [path], ("id", "sentences"), "Sentences")
+
+        graph = _bert_graph(sentences, corpus_size([path], "sentences"), schema, vocab_dir, bert, shards, seed)
+        return _run(pipeline_options, graph, out_dir, schema, manifest, shards)
 
 
 def gpt_bucket(doc: TokenizedDocument, n_docs: int, gpt: GptConfig, seed: int) -> tuple[int, TokenizedDocument]:
@@ -334,15 +368,18 @@ def write_gpt_shards(
         "schema": {"seq_len": gpt.seq_len, "id_type": str(id_type(vocab["size"]))},
     }
 
+    n_docs, text_bytes = corpus_size(doc_paths, "text")
+    sort_buckets = sort_bucket_count(text_bytes / BYTES_PER_TOKEN / (gpt.seq_len + 1), row_bytes(schema), shards)
+
     def graph(p: beam.Pipeline, temp: Path) -> None:
-        texts = _read_documents(p, doc_paths) | "OneText" >> beam.Map(lambda doc: (doc[0], [doc[1]]))
-        docs, tokenize_counters, n_docs, total_tokens = _tokenize_and_count(texts, vocab_dir)
+        texts = _read_parquet(p, doc_paths, ("id", "text"), "Documents") | "OneText" >> beam.Map(lambda batch: [(doc_id, [text]) for doc_id, text in batch])
+        docs, tokenize_counters = _tokenize(texts, vocab_dir)
         made = (
             docs
-            | "StreamBuckets" >> beam.Map(gpt_bucket, beam.pvalue.AsSingleton(n_docs), gpt, seed)
+            | "StreamBuckets" >> beam.Map(gpt_bucket, n_docs, gpt, seed)
             | "ByStream" >> beam.GroupByKey()
-            | "Windows" >> beam.ParDo(MakeGptWindows(vocab_dir, gpt, shards, seed), beam.pvalue.AsSingleton(total_tokens)).with_outputs(COUNTERS, main="pieces")
+            | "Windows" >> beam.ParDo(MakeGptWindows(vocab_dir, gpt, sort_buckets, seed))
         )
-        _finish_graph(made.pieces, [tokenize_counters, made[COUNTERS]], temp)
+        _finish_graph(made, tokenize_counters, temp)
 
     return _run(pipeline_options, graph, out_dir, schema, manifest, shards)
