@@ -151,7 +151,7 @@ def clean_page(text: str | None, cfg: ExtractConfig) -> tuple[str | None, str]:
     if reason:
         return None, reason
     if cfg.languages:
-        language, confidence = detect_language(text, windows=2, window_chars=500)  # a page, not a book
+        language, confidence = detect_language(text, windows=2, window_chars=300)  # a page, not a book
         if language not in cfg.languages or confidence < cfg.min_language_confidence:
             return None, "language"
     return text, ""

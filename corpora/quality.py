@@ -33,7 +33,7 @@ def quality_reject(text: str, cfg: ExtractConfig) -> str | None:
     mean_length = sum(map(len, words)) / len(words)
     if not cfg.min_mean_word_length <= mean_length <= cfg.max_mean_word_length:
         return "quality_word_length"
-    symbols = sum(w.count("#") for w in words) + sum(text.count(e) for e in ELLIPSES)
+    symbols = text.count("#") + sum(text.count(e) for e in ELLIPSES)
     if symbols / len(words) > cfg.max_symbol_word_ratio:
         return "quality_symbol_ratio"
     lines = [line.strip() for line in text.splitlines() if line.strip()]
