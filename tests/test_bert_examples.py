@@ -227,16 +227,22 @@ def parquet_documents(shared_data, tmp_path_factory) -> list[Path]:
     return paths
 
 
-def test_beam_stage_writes_identical_shards_in_memory_and_multi_processing(parquet_documents, vocab_dir, tmp_path):
+def test_beam_stage_writes_identical_shards_on_every_runner(parquet_documents, vocab_dir, tmp_path):
+    from dask.distributed import Client, LocalCluster
+
     bert = BertConfig(dupe_factor=2, partner_bucket_size=8)
     shards = ShardsConfig(max_examples=700, sort_bucket_bytes=256 * 1024)
     runs = {}
     for mode, workers in (("in_memory", 1), ("multi_processing", 2)):
         options = PipelineOptions(runner="DirectRunner", direct_running_mode=mode, direct_num_workers=workers)
         runs[mode] = write_bert_shards(options, parquet_documents, vocab_dir, tmp_path / mode, bert, shards, seed=5)
-    one, two = runs["in_memory"], runs["multi_processing"]
-    assert [s["sha256"] for s in one["shards"]] == [s["sha256"] for s in two["shards"]]
-    assert one["totals"] == two["totals"]
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as cluster, Client(cluster):
+        options = PipelineOptions(["--runner=apache_beam.runners.dask.dask_runner.DaskRunner", f"--dask_client_address={cluster.scheduler_address}"])
+        runs["dask"] = write_bert_shards(options, parquet_documents, vocab_dir, tmp_path / "dask", bert, shards, seed=5)
+    one = runs["in_memory"]
+    for other in (runs["multi_processing"], runs["dask"]):
+        assert [s["sha256"] for s in one["shards"]] == [s["sha256"] for s in other["shards"]]
+        assert one["totals"] == other["totals"]
     counts = [s["examples"] for s in one["shards"]]
     assert len(counts) > 1 and max(counts) - min(counts) <= 1 and max(counts) <= 700
     assert one["totals"]["examples"] == sum(counts) == one["totals"]["examples"]
