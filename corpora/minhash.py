@@ -25,6 +25,7 @@ except ImportError:  # pragma: no cover - other interpreters
 MERSENNE_PRIME = (1 << 61) - 1
 MAX_HASH = (1 << 32) - 1
 _BLOCK = 256  # shingles per permutation block: 256 x 128 x 8 bytes stays in L2 cache
+_TOP = np.uint64(MAX_HASH) << np.uint64(32)
 _PUNCT = re.compile(r"[^\w\s]+")
 _DIGEST = methodcaller("digest")
 
@@ -98,9 +99,10 @@ class MinHasher:
         ``y = hi*2^61 + lo`` (``hi < 8``), ``y mod p = lo + hi`` unless that reaches ``p``; the low
         32 bits of ``lo + hi`` are the low 32 bits of ``y + (y >> 61)``. The rare case ``lo + hi >= p``
         (only possible when the low 32 bits of ``y`` are all but the last three set) is detected and
-        recomputed exactly.
+        recomputed exactly. The minimum is taken over values shifted into the high half: a contiguous
+        uint64 reduction is faster than one over strided uint32 halves.
         """
-        out = np.full(self.num_perm, MAX_HASH, dtype=np.uint32)
+        out = np.full(self.num_perm, _TOP, dtype=np.uint64)
         for start in range(0, len(hashes), _BLOCK):
             h = hashes[start : start + _BLOCK, None]
             y, s = self._y[: len(h)], self._s[: len(h)]
@@ -108,11 +110,12 @@ class MinHasher:
             y += self.b
             np.right_shift(y, np.uint64(61), out=s)
             s += y
-            low = s.view(np.uint32)[:, ::2]  # little-endian: the low 32 bits of each uint64
-            if y.view(np.uint32)[:, ::2].max() >= MAX_HASH - 7:
-                low = (((h * self.a + self.b) % np.uint64(MERSENNE_PRIME)) & np.uint64(MAX_HASH)).astype(np.uint32)
-            np.minimum(out, low.min(axis=0), out=out)
-        return out
+            if y.view(np.uint32)[:, ::2].max() >= MAX_HASH - 7:  # little-endian: the low 32 bits of y
+                s = (((h * self.a + self.b) % np.uint64(MERSENNE_PRIME)) & np.uint64(MAX_HASH)) << np.uint64(32)
+            else:
+                np.left_shift(s, np.uint64(32), out=s)  # keep only the low 32 bits, where min() sees them
+            np.minimum(out, s.min(axis=0), out=out)
+        return (out >> np.uint64(32)).astype(np.uint32)
 
     def signature(self, text: str) -> np.ndarray:
         return self.hash_values(sha1_hash32_many(_shingle_slices(text, self.ngram)))
