@@ -10,12 +10,18 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from corpusforge.config import load_config
+
+# Beam's optional GCP modules announce at import that they are not installed; nothing here uses them.
+logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())
 from shards.cli import app as shards_app
+from trainer.cli import export_command, train_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 docs_app = typer.Typer(no_args_is_help=True, help="Look inside written documents.")
 app.add_typer(docs_app, name="docs")
 app.add_typer(shards_app, name="shards")
+app.command("train")(train_command)
+app.command("export")(export_command)
 console = Console()
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.toml"

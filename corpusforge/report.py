@@ -52,6 +52,9 @@ def print_build_summary(console: Console, result: BuildResult) -> None:
         if isinstance(shards, dict):
             totals = shards.get("totals", shards)
             console.print(f"[bold]{name} shards[/]: {totals.get('examples', '?'):,} examples, {totals.get('tokens', '?'):,} tokens")
+    trained = result.artifacts.get("train")
+    if isinstance(trained, dict) and trained:
+        console.print("[bold]held-out evaluation[/]: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in trained.items()))
     timings = ", ".join(f"{stage} {seconds:.1f}s" for stage, seconds in result.stage_seconds.items())
     console.print(f"[bold]wall time[/]: {timings}")
     console.print(f"[bold green]outputs[/] in {result.output_dir}:")

@@ -163,10 +163,12 @@ def run_build(cfg: Config) -> BuildResult:
             out / "shards" / "gpt", cfg.gpt, cfg.shards, cfg.run.seed,
         )
     if "train" in stages:
-        from trainer.loop import train_from_config
+        from trainer.loop import train
+        from trainer.sizes import get_size
 
-        shard_dir = out / "shards" / cfg.train.task
-        result.artifacts["train"] = timed("train", train_from_config, cfg.train, shard_dir, out / "train")
+        family = get_size(cfg.train.model).family
+        train_cfg = cfg.train.model_copy(update={"task": family})
+        result.artifacts["train"] = timed("train", train, train_cfg, out / "shards" / family, out / "train" / cfg.train.model)
     result.stage_seconds["total"] = round(time.perf_counter() - started, 3)
     result.manifest_path = write_json_atomic(
         {
