@@ -102,10 +102,18 @@ def main() -> None:
     print(f"ratio ours / tokenizer-only limit: {ours / limit:.2f}   (reference create_pretraining_data: ~0.22 MB/s, ours x{ours / 0.22:.1f})")
 
     print("peak resident memory (fresh process each):")
+    runs = []
     for books in sorted({max(1, args.books // 3), args.books}):
         out = subprocess.run([sys.executable, __file__, "--json", "--books", str(books), "--dupe-factor", str(args.dupe_factor)], capture_output=True, text=True, check=True)
-        run = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"  {run['books']:3d} books  {run['mb']:6.2f} MB input  {run['examples']:8d} examples  peak {run['peak_mb']:7.0f} MB")
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        run = runs[-1]
+        print(f"  {run['books']:3d} books  {run['mb']:6.2f} MB input  {run['examples']:8d} examples  peak {run['peak_mb']:7.0f} MB  ({run['mb'] / run['seconds']:.2f} MB/s)")
+    if len(runs) == 2:
+        # The difference between the two runs removes Beam's fixed per-pipeline cost (graph, workers, tokenizer loads).
+        small, large = runs
+        marginal = (large["mb"] - small["mb"]) / (large["seconds"] - small["seconds"])
+        limit = (large["mb"] - small["mb"]) / (large["tokenizer_seconds"] - small["tokenizer_seconds"])
+        print(f"marginal rate (large - small run): ours {marginal:.2f} MB/s, tokenizer alone {limit:.2f} MB/s, ratio {marginal / limit:.2f}")
 
 
 if __name__ == "__main__":
