@@ -231,6 +231,7 @@ def train(
             step_sums = batch_sums(task, out, counts)
             sums = step_sums if sums is None else sums + step_sums
         grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        lr = optimizer.param_groups[0]["lr"]  # the rate this step used (the scheduler moves on below)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
@@ -245,7 +246,7 @@ def train(
             record = summarize(task, sums)
             tokens_per_s = tokens_per_step * interval_steps / elapsed
             record.update(
-                lr=scheduler.get_last_lr()[0],
+                lr=lr,
                 grad_norm=float(grad_norm),
                 tokens_per_s=tokens_per_s,
                 examples_per_s=tokens_per_s / seq_len,
