@@ -15,17 +15,13 @@ ELLIPSES = ("...", "\u2026")
 _ALPHA_WORD = re.compile(r"\S*[^\W\d_]\S*")  # a whitespace-separated word with at least one letter
 
 
-def words_of(text: str) -> list[str]:
-    return text.split()
-
-
 def quality_reject(text: str, cfg: ExtractConfig) -> str | None:
     """The first rule the text fails, as a snake_case reason, or None when it passes them all.
 
     ``min_words`` defaults to 100: GPT-2's BPE spends about 1.3 tokens per English word, so 100 words
     is the ~128-token floor; shorter pages are mostly stubs, error pages and link hubs.
     """
-    words = words_of(text)
+    words = text.split()
     if len(words) < cfg.min_words:
         return "too_short"
     if len(words) > cfg.max_words:
