@@ -154,7 +154,7 @@ class BertExamples:
 
     @classmethod
     def concatenate(cls, parts: Sequence[BertExamples]) -> BertExamples:
-        names = [f for f in cls.__dataclass_fields__]
+        names = list(cls.__dataclass_fields__)
         return cls(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in names})
 
 
