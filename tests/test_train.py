@@ -165,3 +165,27 @@ def test_truncated_shard_fails_by_name_even_unverified(books, tmp_path):
     cfg = TrainConfig(model="bert-tiny", steps=2, batch_size=8, num_workers=0, verify_shards=False)
     with pytest.raises(ShardError, match=shard.name):
         train(cfg, tmp_path / "shards", tmp_path / "run", progress=False)
+
+
+def test_interrupted_checkpoint_leaves_the_previous_one(tmp_path, monkeypatch):
+    """A crash while saving step 2 leaves step 1 whole and no half directory that --resume could pick."""
+    import trainer.checkpoint as checkpoint
+    from trainer.models import build_model, model_config
+    from trainer.optim import make_optimizer, make_scheduler, recipe
+
+    model = build_model(model_config("bert-tiny", 100))
+    r = recipe("bert", 10)
+    optimizer = make_optimizer(model, r, torch.device("cpu"))
+    scheduler = make_scheduler(optimizer, 10, r)
+    checkpoint.save_checkpoint(checkpoint_dir(tmp_path, 1), model, optimizer, scheduler, {"step": 1})
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint.torch, "save", crash)
+    with pytest.raises(OSError, match="disk full"):
+        checkpoint.save_checkpoint(checkpoint_dir(tmp_path, 2), model, optimizer, scheduler, {"step": 2})
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-00000001"]
+    (tmp_path / "checkpoints" / "step-00000002.tmp-0123456789").mkdir()  # left by a killed process
+    assert checkpoint.resolve_checkpoint(tmp_path) == checkpoint_dir(tmp_path, 1)
+    assert read_state(checkpoint_dir(tmp_path, 1))["step"] == 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -24,6 +25,7 @@ from torch import nn
 STATE_NAME = "state.json"
 WEIGHTS_NAME = "model.safetensors"
 OPTIMIZER_NAME = "optimizer.pt"
+STEP_DIR = re.compile(r"step-\d{8}")  # never a half-written step-XXXXXXXX.tmp-<uuid>
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -53,11 +55,15 @@ def save_checkpoint(
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = directory.with_name(f"{directory.name}.tmp-{uuid.uuid4().hex}")
     tmp.mkdir()
-    weights = {name: t.detach().contiguous().cpu() for name, t in unwrap(model).state_dict().items()}
-    save_file(weights, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
-    torch.save(optimizer.state_dict(), tmp / OPTIMIZER_NAME)
-    full_state = {**state, "scheduler": _json_safe(scheduler.state_dict())}
-    (tmp / STATE_NAME).write_text(json.dumps(full_state, indent=2, default=str), encoding="utf-8")
+    try:
+        weights = {name: t.detach().contiguous().cpu() for name, t in unwrap(model).state_dict().items()}
+        save_file(weights, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+        torch.save(optimizer.state_dict(), tmp / OPTIMIZER_NAME)
+        full_state = {**state, "scheduler": _json_safe(scheduler.state_dict())}
+        (tmp / STATE_NAME).write_text(json.dumps(full_state, indent=2, default=str), encoding="utf-8")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if directory.exists():  # re-saving the same step: move the old one aside first (rename is atomic)
         old = directory.with_name(f"{directory.name}.old-{uuid.uuid4().hex}")
         os.replace(directory, old)
@@ -78,8 +84,8 @@ def resolve_checkpoint(path: Path) -> Path:
     path = Path(path)
     if (path / STATE_NAME).is_file():
         return path
-    candidates = sorted((path / "checkpoints").glob("step-*[0-9]")) if (path / "checkpoints").is_dir() else []
-    candidates = [c for c in candidates if (c / STATE_NAME).is_file()]
+    found = (path / "checkpoints").iterdir() if (path / "checkpoints").is_dir() else []
+    candidates = sorted(c for c in found if STEP_DIR.fullmatch(c.name) and (c / STATE_NAME).is_file())
     if not candidates:
         raise FileNotFoundError(f"{path}: no checkpoint (expected {STATE_NAME} or checkpoints/step-*/)")
     return candidates[-1]
