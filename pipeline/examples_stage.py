@@ -245,8 +245,7 @@ def _run(
 
 
 def _row_count(path: Path) -> int:
-    reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
-    return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+    return sum(batch.num_rows for batch in pa.ipc.open_stream(pa.memory_map(str(path), "r")))
 
 
 def _read_parquet(p: beam.Pipeline, paths: Sequence[Path], columns: tuple[str, str], label: str) -> beam.PCollection:

@@ -1,7 +1,10 @@
 """The Arrow shard format: column schemas and manifest layout shared by writer, reader and trainer.
 
-Shards are Arrow IPC *files* (random access, memory-mappable), uncompressed by default so a reader
-can slice whole batches zero-copy. Every column is fixed-size so training shapes are static.
+Shards are in the Arrow IPC *streaming* format, one record batch each, uncompressed by default:
+memory-mappable, so ``pa.ipc.open_stream(pa.memory_map(path)).read_all()`` gives columns whose
+buffers point into the map (zero-copy), and the flavour ``datasets.Dataset.from_file`` reads (it
+rejects IPC files). ``compression`` "lz4"/"zstd" trades that zero-copy read for size. Every column
+is fixed-size so training shapes are static.
 
 BERT columns (L = max_seq_length, P = max_predictions_per_seq, ids uint16 or int32 if vocab > 65,535):
   input_ids            fixed_size_list<id>[L]   [CLS] A [SEP] B [SEP] then [PAD] (id 0)

@@ -132,8 +132,9 @@ def open_shard(
 ) -> pa.Table:
     """Memory-map one Arrow IPC shard; uncompressed shards come back zero-copy (pages load on touch).
 
-    Both IPC flavours open: the file format of shards.format and the stream format, which is the
-    only one ``datasets.Dataset.from_file`` reads (it rejects IPC files).
+    Both IPC flavours open: the stream format of shards.format (the only one
+    ``datasets.Dataset.from_file`` reads) and the IPC file format of earlier shards. Either way the
+    columns' buffers point into the memory map.
 
     ``expected`` (the manifest entry) checks size and example count before anything is trusted;
     ``check_sha`` reads the whole file once to compare its checksum; ``schema`` checks the columns.

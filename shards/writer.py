@@ -1,8 +1,8 @@
-"""Write globally shuffled, balanced Arrow IPC shards and their manifest (layout in ``shards.format``).
+"""Write globally shuffled, balanced Arrow IPC stream shards and their manifest (layout in ``shards.format``).
 
 The global shuffle scales by range partitioning: every example carries a random 64-bit key, bucket
 ``b = key * B >> 64`` holds an ordered range of the global order, each bucket is sorted by key and
-written as a temporary Arrow file (``write_sort_bucket``, run inside Beam workers), and a final pass
+written as a temporary Arrow stream (``write_sort_bucket``, run inside Beam workers), and a final pass
 in the launching process (``write_shards``) streams the bucket files in order through memory maps
 and cuts the global order into S shards whose example counts differ by at most one. Memory is
 bounded by one shard (each shard is one record batch, so readers get contiguous columns).
@@ -41,11 +41,15 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def _write_ipc(path: Path, table: pa.Table, compression: str | None = None) -> None:
-    """One Arrow IPC file, one record batch, written under a temporary name then renamed."""
+    """One Arrow IPC stream, one record batch, written under a temporary name then renamed.
+
+    The stream flavour because it is the one ``datasets.Dataset.from_file`` reads; memory-mapped,
+    an uncompressed stream is read as zero-copy as an IPC file.
+    """
     temp = _temp_path(path)
     options = pa.ipc.IpcWriteOptions(compression=compression)
     try:
-        with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, table.schema, options=options) as writer:
+        with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_stream(sink, table.schema, options=options) as writer:
             for batch in table.combine_chunks().to_batches(max_chunksize=max(table.num_rows, 1)):
                 writer.write_batch(batch)
         os.replace(temp, path)
@@ -76,7 +80,7 @@ def range_buckets(keys: np.ndarray, num_buckets: int) -> np.ndarray:
 
 
 def write_sort_bucket(path: Path, pieces: Iterable[tuple[str, pa.RecordBatch]]) -> int:
-    """Sort one bucket's keyed pieces by key and write them as one Arrow file; returns the row count.
+    """Sort one bucket's keyed pieces by key and write them as one Arrow stream; returns the row count.
 
     Pieces are first ordered by their origin name, so equal keys (vanishingly rare) still sort the
     same way whatever order the runner delivered the pieces in.
@@ -91,9 +95,7 @@ def write_sort_bucket(path: Path, pieces: Iterable[tuple[str, pa.RecordBatch]]) 
 def iter_sorted_buckets(paths: Sequence[Path]) -> Iterator[pa.RecordBatch]:
     """The global order: bucket files in bucket order, memory-mapped, without the key column."""
     for path in paths:
-        reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
-        for index in range(reader.num_record_batches):
-            batch = reader.get_batch(index)
+        for batch in pa.ipc.open_stream(pa.memory_map(str(path), "r")):
             yield batch.drop_columns([KEY])
 
 

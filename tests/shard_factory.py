@@ -12,6 +12,7 @@ import os
 import uuid
 from pathlib import Path
 
+import datasets
 import numpy as np
 import pyarrow as pa
 from tokenizers.implementations import BertWordPieceTokenizer, ByteLevelBPETokenizer
@@ -95,13 +96,13 @@ def write_shards(
     tokenizer_json: Path | None = None,
     vocab_size: int | None = None,
     batch_rows: int | None = None,
-    ipc: str = "file",
+    ipc: str = "stream",
     vocab: dict | None = None,
 ) -> Path:
     """Write ``columns`` split into shards of ``shard_sizes`` rows plus the manifest; returns the directory.
 
     ``batch_rows`` splits each shard into record batches of that many rows (default: one batch);
-    ``ipc="stream"`` writes the IPC stream flavour instead of the format's IPC file; ``vocab``
+    ``ipc="file"`` writes the IPC file flavour instead of the format's IPC stream; ``vocab``
     replaces the manifest's "vocab" entry (e.g. the build's ``pipeline.vocab.vocab_manifest``).
     """
     directory = Path(directory)
@@ -153,6 +154,19 @@ def write_shards(
     }
     _atomic_write(directory / MANIFEST_NAME, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2), encoding="utf-8"))
     return directory
+
+
+def assert_hf_reads_like_pyarrow(path: Path, cache_dir: Path) -> None:
+    """``datasets.Dataset.from_file`` and ``load_dataset("arrow")`` give the rows plain pyarrow reads."""
+    with pa.memory_map(str(path)) as source:
+        expected = pa.ipc.open_stream(source).read_all().to_pylist()
+    assert expected, f"{path} holds no rows"
+    from_file = datasets.Dataset.from_file(str(path))
+    loaded = datasets.load_dataset("arrow", data_files=[str(path)], split="train", cache_dir=str(cache_dir))
+    for dataset in (from_file, loaded):
+        assert dataset.num_rows == len(expected)
+        assert dataset.features.arrow_schema.names == list(expected[0])
+        assert dataset[: len(expected)] == {name: [row[name] for row in expected] for name in expected[0]}
 
 
 def _arrow(values: np.ndarray, arrow_type: pa.DataType) -> pa.Array:

@@ -20,7 +20,7 @@ from pipeline.documents_io import documents_table, write_table_atomic
 from pipeline.examples_stage import write_bert_shards
 from pipeline.vocab import load_tokenizer
 from shards.reader import open_shard, read_manifest
-from shard_factory import bert_tokenizer_json
+from shard_factory import assert_hf_reads_like_pyarrow, bert_tokenizer_json
 
 BOOKS = ["11-0.txt", "35-0.txt", "41-0.txt", "43-0.txt"]
 
@@ -258,3 +258,4 @@ def test_beam_stage_writes_identical_shards_on_every_runner(parquet_documents, v
     labels = np.concatenate(labels)
     # Globally shuffled: both labels appear in every stretch of the order, not in runs per bucket.
     assert all(0.3 < chunk.mean() < 0.7 for chunk in np.array_split(labels, 4))
+    assert_hf_reads_like_pyarrow(manifest.shard_path(manifest.shards[-1]), tmp_path / "hf")

@@ -18,7 +18,7 @@ from pipeline.examples_stage import write_gpt_shards
 from pipeline.gpt_examples import cut_windows
 from pipeline.vocab import load_tokenizer
 from shards.reader import column_view, open_shard, read_manifest
-from shard_factory import gpt_tokenizer_json
+from shard_factory import assert_hf_reads_like_pyarrow, gpt_tokenizer_json
 
 EOT = 50256
 
@@ -97,6 +97,7 @@ def test_beam_stage_accounts_for_every_token(book_parquet, bpe_dir, tmp_path, ke
     lengths = np.concatenate(lengths)
     assert int(lengths.sum()) == totals["tokens"] and (lengths < 129).sum() == totals.get("tail_windows", 0)
     assert eots == 4 or not keep_tail
+    assert_hf_reads_like_pyarrow(read.shard_path(read.shards[0]), tmp_path / "hf")
 
     tokenizer = load_tokenizer(bpe_dir)
     assert totals["input_tokens"] == sum(len(tokenizer.encode(d).ids) for d in documents_text(book_parquet))

@@ -57,8 +57,13 @@ def test_bad_manifests_raise_shard_error_naming_the_file(tmp_path, content, mess
 
 def test_open_shard_is_zero_copy(shard_dir):
     path, entry = first_shard(shard_dir)
+    assert not path.read_bytes().startswith(b"ARROW1")  # the IPC stream flavour of shards.format
+    allocated = pa.total_allocated_bytes()
     table = open_shard(path, expected=entry, check_sha=True, schema=read_manifest(shard_dir).arrow_schema())
-    ids = column_view(table, "input_ids")
+    views = {name: column_view(table, name) for name in table.column_names}
+    assert pa.total_allocated_bytes() == allocated  # every column points into the memory map
+    assert sum(view.nbytes for view in views.values()) > 0.9 * entry.bytes
+    ids = views["input_ids"]
     assert ids.shape == (200, 64) and ids.dtype == np.uint16 and not ids.flags.writeable
     assert ids.ctypes.data == table.column("input_ids").chunks[0].values.buffers()[1].address
     np.testing.assert_array_equal(ids, COLUMNS["input_ids"][:200])
@@ -114,18 +119,20 @@ def test_column_views_cover_every_record_batch(tmp_path_factory, rows, width, ba
 def test_shards_open_with_plain_pyarrow_and_hf_datasets(shard_dir, tmp_path):
     path, _ = first_shard(shard_dir)
     with pa.memory_map(str(path)) as source:
-        table = pa.ipc.open_file(source).read_all()
+        table = pa.ipc.open_stream(source).read_all()
     assert table.num_rows == 200 and table.column("length").to_pylist() == COLUMNS["length"][:200].tolist()
-    # HF datasets reads IPC files through its "arrow" builder (Dataset.from_file only reads IPC streams)
+    assert_hf_rows(datasets.Dataset.from_file(str(path)), offset=0)
     dataset = datasets.load_dataset("arrow", data_files=[str(path)], split="train", cache_dir=str(tmp_path / "hf"))
     assert_hf_rows(dataset, offset=0)
 
 
-def test_stream_flavour_shards_open_with_dataset_from_file_and_the_reader(tmp_path):
-    directory = write_shards(tmp_path / "stream", COLUMNS, [200, 100], ipc="stream")
+def test_ipc_file_flavour_shards_still_open_with_the_reader(tmp_path):
+    directory = write_shards(tmp_path / "file", COLUMNS, [200, 100], ipc="file")
     path = directory / read_manifest(directory).shards[1].file
-    assert not path.read_bytes().startswith(b"ARROW1")
-    assert_hf_rows(datasets.Dataset.from_file(str(path)), offset=200)
+    assert path.read_bytes().startswith(b"ARROW1")
+    allocated = pa.total_allocated_bytes()
+    np.testing.assert_array_equal(column_view(open_shard(path), "input_ids"), COLUMNS["input_ids"][200:])
+    assert pa.total_allocated_bytes() == allocated
     (directory / "tokenizer.json").write_text("{}")
     assert verify(directory) == []
     ids = np.concatenate([batch["input_ids"].numpy() for batch in ShardStream(directory, 30, shuffle=False)])
