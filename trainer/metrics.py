@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 # Dense bf16 peak, TFLOP/s, by substring of torch.cuda.get_device_name().
-PEAK_BF16_TFLOPS: dict[str, float] = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0}
+PEAK_BF16_TFLOPS: dict[str, float] = {"H200": 989.0, "H100": 989.0, "A100": 312.0}
 
 
 def flops_per_token(n_params: int, n_layer: int, n_embd: int, seq_len: int) -> float:

@@ -16,10 +16,7 @@ class ModelSize:
     n_embd: int
     n_head: int
     max_positions: int  # BERT: position table (512 in the paper); GPT: context length
-
-    @property
-    def intermediate(self) -> int:
-        return 4 * self.n_embd
+    # the feed-forward width is 4 x n_embd in every size, as in both papers
 
 
 SIZES: dict[str, ModelSize] = {
