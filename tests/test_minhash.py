@@ -1,4 +1,5 @@
-"""MinHash signatures are datasketch's, bit for bit; LSH parameters follow datasketch's optimum."""
+"""MinHash signatures equal datasketch's for the same base hash (our fast "wordmix" one, or
+datasketch's default SHA-1); LSH parameters follow datasketch's optimum."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,14 +17,20 @@ from corpora.minhash import (
     jaccard,
     lsh_params,
     normalize,
+    normalized_bytes,
     s_curve_table,
     shingle_set,
     shingles,
+    wordmix_hash32,
+    wordmix_hash64,
+    wordmix_hashes64,
 )
 
+BASE_HASHES = ("wordmix", "sha1")
 
-def datasketch_signature(text: str, num_perm: int = 128, seed: int = 1, ngram: int = 5) -> np.ndarray:
-    m = MinHash(num_perm=num_perm, seed=seed, scheme="legacy")
+
+def datasketch_signature(text: str, num_perm: int = 128, seed: int = 1, ngram: int = 5, hashfunc=None) -> np.ndarray:
+    m = MinHash(num_perm=num_perm, seed=seed, hashfunc=hashfunc, scheme="legacy")
     m.update_batch(shingles(text, ngram))
     return m.hashvalues
 
@@ -34,32 +41,85 @@ def book_docs(shared_data) -> list[str]:
     return [" ".join(words[i : i + 1100]) for i in range(0, 1100 * 8, 1100)]
 
 
-def test_signatures_identical_to_datasketch_on_book_chunks(book_docs):
-    ours = MinHasher(128, seed=1).signatures(book_docs)
+@pytest.mark.parametrize("base_hash", BASE_HASHES)
+def test_signatures_identical_to_datasketch_on_book_chunks(book_docs, base_hash):
+    hasher = MinHasher(128, seed=1, base_hash=base_hash)
+    ours = hasher.signatures(book_docs)
     assert ours.shape == (8, 128)
     for text, sig in zip(book_docs, ours):
-        assert np.array_equal(sig.astype(np.uint64), datasketch_signature(text))
+        assert np.array_equal(sig.astype(np.uint64), datasketch_signature(text, hashfunc=hasher.hashfunc))
 
 
-def test_other_seed_and_width_identical(book_docs):
-    ours = MinHasher(64, seed=7, ngram=3).signature(book_docs[0])
-    assert np.array_equal(ours.astype(np.uint64), datasketch_signature(book_docs[0], 64, 7, 3))
+def test_sha1_variant_matches_datasketch_defaults(book_docs):
+    """With no hashfunc datasketch uses sha1_hash32: "sha1" signatures are interchangeable with those."""
+    ours = MinHasher(128, seed=1, base_hash="sha1").signature(book_docs[0])
+    assert np.array_equal(ours.astype(np.uint64), datasketch_signature(book_docs[0]))
+
+
+@pytest.mark.parametrize("base_hash", BASE_HASHES)
+def test_other_seed_and_width_identical(book_docs, base_hash):
+    hasher = MinHasher(64, seed=7, ngram=3, base_hash=base_hash)
+    expected = datasketch_signature(book_docs[1], 64, 7, 3, hashfunc=hasher.hashfunc)
+    assert np.array_equal(hasher.signature(book_docs[1]).astype(np.uint64), expected)
 
 
 text_strategy = st.lists(
-    st.sampled_from(["a", "b", "é", "ß", "\u4e2d", " ", "\n", "\t", ".", ",", "!", "'", "-", "word", "Über", "x1"]),
+    st.one_of(
+        st.sampled_from(
+            ["a", "b", "é", "ß", "İ", "\u4e2d", " ", "  ", "\n", "\t", "\x1c", "\x1f", "\u00a0", "\u3000", "\u2028",
+             ".", ",", "!", "'", "-", "\u2019", "\u201c", "\u2014", "_", "word", "Über", "x1", "z" * 70]
+        ),
+        st.text(max_size=3),
+    ),
     max_size=120,
 ).map("".join)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(text_strategy, st.integers(min_value=1, max_value=6))
 def test_signature_identity_property(text, ngram):
-    assert _shingle_slices(text, ngram) == shingles(text, ngram)
-    ours = MinHasher(32, seed=3, ngram=ngram).signature(text)
-    m = MinHash(num_perm=32, seed=3, scheme="legacy")
-    m.update_batch(shingles(text, ngram))
-    assert np.array_equal(ours.astype(np.uint64), m.hashvalues)
+    """Any text, short ones and unicode included: same shingles, same base hashes, same signatures."""
+    data = normalized_bytes(text)
+    assert data == normalize(text).encode("utf-8")
+    expected_shingles = shingles(text, ngram)
+    assert _shingle_slices(data, ngram) == expected_shingles
+    assert wordmix_hashes64(data, ngram).tolist() == [wordmix_hash64(s) for s in expected_shingles]
+    for base_hash in BASE_HASHES:
+        hasher = MinHasher(32, seed=3, ngram=ngram, base_hash=base_hash)
+        m = MinHash(num_perm=32, seed=3, hashfunc=hasher.hashfunc, scheme="legacy")
+        m.update_batch(expected_shingles)
+        assert np.array_equal(hasher.signature(text).astype(np.uint64), m.hashvalues)
+
+
+def test_wordmix_depends_on_every_byte_word_order_and_length():
+    base = b"the quick brown fox jumps"
+    variants = [b"the quick brown fox jumpt", b"quick the brown fox jumps", b"the quick brown fox", b"the quick brown fox jumps\x00",
+                b"thequick brown fox jumps", b"the quick brown fox jumps " + b"x" * 200]
+    hashes = {wordmix_hash64(s) for s in [base, *variants]}
+    assert len(hashes) == len(variants) + 1
+    assert 0 <= wordmix_hash32(base) <= MAX_HASH
+
+
+def test_wordmix_bits_are_balanced_on_real_shingles(book_docs):
+    """A good 32-bit base hash: no 64-bit collisions among distinct shingles, each output bit set about half the time."""
+    distinct = sorted({s for text in book_docs for s in shingles(text)})
+    hashes = np.array([wordmix_hash64(s) for s in distinct], dtype=np.uint64)
+    assert len(np.unique(hashes)) == len(distinct)
+    top = (hashes >> np.uint64(32)).astype(np.uint32)
+    ones = np.unpackbits(top.view(np.uint8)).reshape(-1, 32).mean(axis=0)
+    assert np.abs(ones - 0.5).max() < 4 * 0.5 / np.sqrt(len(distinct))
+
+
+@pytest.mark.parametrize("base_hash", BASE_HASHES)
+def test_signature_agreement_estimates_jaccard(book_docs, base_hash):
+    """The share of equal signature values estimates the exact shingle Jaccard (std ~ 0.03 at 256 perms)."""
+    hasher = MinHasher(256, seed=11, base_hash=base_hash)
+    words = book_docs[2].split()
+    for keep in (0.9, 0.6, 0.3):
+        other = " ".join(words[: int(len(words) * keep)] + book_docs[3].split()[: int(len(words) * (1 - keep))])
+        exact = jaccard(shingle_set(book_docs[2]), shingle_set(other))
+        estimate = float(np.mean(hasher.signature(book_docs[2]) == hasher.signature(other)))
+        assert abs(estimate - exact) < 0.12, (keep, exact, estimate)
 
 
 def test_rare_mersenne_fold_case_is_exact():
@@ -76,12 +136,19 @@ def test_rare_mersenne_fold_case_is_exact():
 
 def test_normalisation_ignores_case_punctuation_and_spacing():
     assert normalize("Hello,  World!\n\nIt's   ME.") == "hello world its me"
+    assert normalized_bytes("  Hello,\u00a0World\u2019s\x1cend  ") == b"hello worlds end"
     assert shingles("A b. c d e", 5) == [b"a b c d e"]
     assert shingles("", 5) == []
 
 
-def test_empty_text_has_empty_signature():
-    assert (MinHasher(16).signature("") == MAX_HASH).all()
+@pytest.mark.parametrize("base_hash", BASE_HASHES)
+def test_empty_text_has_empty_signature(base_hash):
+    assert (MinHasher(16, base_hash=base_hash).signature(" ,. ") == MAX_HASH).all()
+
+
+def test_unknown_base_hash_is_refused():
+    with pytest.raises(ValueError, match="base_hash"):
+        MinHasher(16, base_hash="md5")
 
 
 def test_lsh_params_and_s_curve():
@@ -94,6 +161,14 @@ def test_lsh_params_and_s_curve():
     table = s_curve_table(bands, rows)
     assert f"{bands} bands x {rows} rows" in table and "s=0.8" in table
     assert lsh_params(0.5, 128)[1] < rows  # a lower threshold needs fewer rows per band
+
+
+def test_lsh_params_are_datasketchs():
+    from datasketch import MinHashLSH
+
+    for threshold, num_perm in ((0.8, 128), (0.7, 256), (0.5, 64)):
+        lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
+        assert lsh_params(threshold, num_perm) == (lsh.b, lsh.r)
 
 
 def test_band_keys_collide_for_equal_bands_only():
@@ -109,4 +184,5 @@ def test_exact_jaccard_matches_python_sets(book_docs):
     a, b = book_docs[0], book_docs[0][: len(book_docs[0]) // 2] + book_docs[1][:1000]
     sa, sb = set(shingles(a)), set(shingles(b))
     assert jaccard(shingle_set(a), shingle_set(b)) == pytest.approx(len(sa & sb) / len(sa | sb))
+    assert len(shingle_set(a)) == len(sa)
     assert jaccard(shingle_set(""), shingle_set("")) == 1.0
