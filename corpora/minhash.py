@@ -40,8 +40,7 @@ BASE_HASHES: tuple[str, ...] = ("wordmix", "sha1")
 MERSENNE_PRIME = (1 << 61) - 1
 MAX_HASH = (1 << 32) - 1
 _U64 = (1 << 64) - 1
-_BLOCK = 256  # shingles per permutation block: 256 x 128 x 8 bytes stays in L2 cache
-_TOP = np.uint64(MAX_HASH) << np.uint64(32)
+_BLOCK = 1024  # shingles per permutation block: 128 x 1024 x 4 bytes stays in L2 cache
 _PUNCT = re.compile(r"[^\w\s]+")
 _SPACE = re.compile(r"\s")
 _DIGEST = methodcaller("digest")
@@ -261,8 +260,11 @@ class MinHasher:
         self.ngram = ngram
         self.base_hash = base_hash
         self.a, self.b = permutations(num_perm, seed)
-        self._y = np.empty((_BLOCK, num_perm), dtype=np.uint64)
-        self._s = np.empty((_BLOCK, num_perm), dtype=np.uint64)
+        self._a_low = (self.a & np.uint64(MAX_HASH)).astype(np.uint32)[:, None]
+        self._b_low_8 = ((self.b + np.uint64(8)) & np.uint64(MAX_HASH)).astype(np.uint32)[:, None]
+        self._perm_index = np.arange(num_perm)
+        self._z = np.empty((num_perm, _BLOCK), dtype=np.uint32)
+        self._near = np.empty((num_perm, _BLOCK), dtype=bool)
 
     @property
     def hashfunc(self) -> Callable[[bytes], int]:
@@ -277,29 +279,33 @@ class MinHasher:
         return wordmix_hashes64(data, self.ngram) >> np.uint64(32)
 
     def hash_values(self, hashes: np.ndarray) -> np.ndarray:
-        """Min over rows of ``((a*h + b) mod p) & MAX_HASH`` for 32-bit hashes ``h``.
+        """Min over shingles of ``((a*h + b) mod p) & MAX_HASH`` for 32-bit hashes ``h``, per permutation.
 
-        ``a*h + b`` wraps modulo 2^64 exactly as datasketch's uint64 arithmetic does. For
-        ``y = hi*2^61 + lo`` (``hi < 8``), ``y mod p = lo + hi`` unless that reaches ``p``; the low
-        32 bits of ``lo + hi`` are the low 32 bits of ``y + (y >> 61)``. The rare case ``lo + hi >= p``
-        (only possible when the low 32 bits of ``y`` are all but the last three set) is detected and
-        recomputed exactly. The minimum is taken over values shifted into the high half: a contiguous
-        uint64 reduction is faster than one over strided uint32 halves.
+        With ``y = a*h + b mod 2^64`` (datasketch's wrapping uint64 arithmetic), ``y = hi*2^61 + lo``
+        and ``y mod p = lo + hi`` (``hi < 8``) unless that reaches ``p``, which needs the low 32 bits
+        ``x`` of ``y`` to be >= 2^32 - 8. So when every ``x`` of a permutation is below that, each value
+        is ``x + hi``, in ``[x, x + 7]``, and only shingles with ``x <= min(x) + 7`` can hold the minimum.
+        ``x`` needs only the low 32 bits of ``a, b, h``: it is computed for all (permutation, shingle)
+        pairs in uint32 (half the memory traffic of uint64, no division), and the exact datasketch
+        formula runs on the few candidates: normally one per permutation. A permutation where some
+        ``x`` is within 8 of 2^32 (``x + 8`` wraps below 8) makes every shingle a candidate.
         """
-        out = np.full(self.num_perm, _TOP, dtype=np.uint64)
+        out = np.full(self.num_perm, MAX_HASH, dtype=np.uint64)
+        low = hashes.astype(np.uint32)
         for start in range(0, len(hashes), _BLOCK):
-            h = hashes[start : start + _BLOCK, None]
-            y, s = self._y[: len(h)], self._s[: len(h)]
-            np.multiply(h, self.a, out=y)
-            y += self.b
-            np.right_shift(y, np.uint64(61), out=s)
-            s += y
-            if y.view(np.uint32)[:, ::2].max() >= MAX_HASH - 7:  # little-endian: the low 32 bits of y
-                s = (((h * self.a + self.b) % np.uint64(MERSENNE_PRIME)) & np.uint64(MAX_HASH)) << np.uint64(32)
+            h = hashes[start : start + _BLOCK]
+            z = np.multiply(self._a_low, low[start : start + _BLOCK], out=self._z[:, : len(h)])
+            z += self._b_low_8  # x + 8 (mod 2^32)
+            least = z.min(axis=1)
+            bound = np.where(least < 8, np.uint32(MAX_HASH), np.minimum(least, np.uint32(MAX_HASH - 7)) + np.uint32(7))
+            near = np.less_equal(z, bound[:, None], out=self._near[:, : len(h)])
+            if np.count_nonzero(near) == self.num_perm:  # each permutation's minimum is its only candidate
+                perms, rows = self._perm_index, z.argmin(axis=1)
             else:
-                np.left_shift(s, np.uint64(32), out=s)  # keep only the low 32 bits, where min() sees them
-            np.minimum(out, s.min(axis=0), out=out)
-        return (out >> np.uint64(32)).astype(np.uint32)
+                perms, rows = np.nonzero(near)
+            exact = ((h[rows] * self.a[perms] + self.b[perms]) % np.uint64(MERSENNE_PRIME)) & np.uint64(MAX_HASH)
+            np.minimum.at(out, perms, exact)
+        return out.astype(np.uint32)
 
     def signature(self, text: str) -> np.ndarray:
         return self.hash_values(self.base_hashes(text))
