@@ -264,7 +264,6 @@ class MinHasher:
         self._b_low_8 = ((self.b + np.uint64(8)) & np.uint64(MAX_HASH)).astype(np.uint32)[:, None]
         self._perm_index = np.arange(num_perm)
         self._z = np.empty((num_perm, _BLOCK), dtype=np.uint32)
-        self._near = np.empty((num_perm, _BLOCK), dtype=bool)
 
     @property
     def hashfunc(self) -> Callable[[bytes], int]:
@@ -287,8 +286,9 @@ class MinHasher:
         is ``x + hi``, in ``[x, x + 7]``, and only shingles with ``x <= min(x) + 7`` can hold the minimum.
         ``x`` needs only the low 32 bits of ``a, b, h``: it is computed for all (permutation, shingle)
         pairs in uint32 (half the memory traffic of uint64, no division), and the exact datasketch
-        formula runs on the few candidates: normally one per permutation. A permutation where some
-        ``x`` is within 8 of 2^32 (``x + 8`` wraps below 8) makes every shingle a candidate.
+        formula runs on the few candidates: normally one per permutation, the argmin, confirmed alone
+        when the runner-up is more than 7 above it. Otherwise (or when some ``x`` of the permutation is
+        within 8 of 2^32, so ``x + 8`` wraps below 8) every shingle within the bound is a candidate.
         """
         out = np.full(self.num_perm, MAX_HASH, dtype=np.uint64)
         low = hashes.astype(np.uint32)
@@ -296,13 +296,16 @@ class MinHasher:
             h = hashes[start : start + _BLOCK]
             z = np.multiply(self._a_low, low[start : start + _BLOCK], out=self._z[:, : len(h)])
             z += self._b_low_8  # x + 8 (mod 2^32)
-            least = z.min(axis=1)
-            bound = np.where(least < 8, np.uint32(MAX_HASH), np.minimum(least, np.uint32(MAX_HASH - 7)) + np.uint32(7))
-            near = np.less_equal(z, bound[:, None], out=self._near[:, : len(h)])
-            if np.count_nonzero(near) == self.num_perm:  # each permutation's minimum is its only candidate
-                perms, rows = self._perm_index, z.argmin(axis=1)
+            rows = z.argmin(axis=1)
+            least = z[self._perm_index, rows]
+            z[self._perm_index, rows] = MAX_HASH
+            runner_up = z.min(axis=1)
+            z[self._perm_index, rows] = least
+            if (least >= 8).all() and (runner_up - least > 7).all():  # each permutation's minimum is its only candidate
+                perms = self._perm_index
             else:
-                perms, rows = np.nonzero(near)
+                bound = np.where(least < 8, np.uint32(MAX_HASH), np.minimum(least, np.uint32(MAX_HASH - 7)) + 7)
+                perms, rows = np.nonzero(z <= bound[:, None])
             exact = ((h[rows] * self.a[perms] + self.b[perms]) % np.uint64(MERSENNE_PRIME)) & np.uint64(MAX_HASH)
             np.minimum.at(out, perms, exact)
         return out.astype(np.uint32)

@@ -134,6 +134,41 @@ def test_rare_mersenne_fold_case_is_exact():
     assert np.array_equal(hasher.hash_values(hashes).astype(np.uint64), exact)
 
 
+def exact_hash_values(hasher: MinHasher, hashes: np.ndarray) -> np.ndarray:
+    """datasketch's legacy formula, written out with the 64-bit modulo."""
+    if not len(hashes):
+        return np.full(hasher.num_perm, MAX_HASH, dtype=np.uint64)
+    values = ((hashes[:, None] * hasher.a + hasher.b) % np.uint64((1 << 61) - 1)) & np.uint64(MAX_HASH)
+    return values.min(axis=0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.integers(0, MAX_HASH), max_size=30),
+    st.integers(0, 63),
+    st.one_of(st.integers(0, 40), st.integers(MAX_HASH - 20, MAX_HASH), st.integers(0, MAX_HASH)),
+    st.lists(st.integers(0, 9), min_size=1, max_size=6),
+)
+def test_hash_values_exact_with_near_ties_and_wraps(randoms, pick, target, offsets):
+    """Shingles whose low 32 bits land within a few of each other (ties the 61-bit fold can reorder),
+    near 0 (likely minima) or near 2^32 (the wrap case) still give datasketch's exact minimum."""
+    hasher = MinHasher(16, seed=5)
+    odd = [i for i, a in enumerate(hasher.a) if int(a) & 1]
+    k = odd[pick % len(odd)]
+    a_low, b_low = int(hasher.a[k]) & MAX_HASH, int(hasher.b[k]) & MAX_HASH
+    inverse = pow(a_low, -1, 1 << 32)
+    crafted = [((target + off - b_low) * inverse) % (1 << 32) for off in offsets]
+    hashes = np.array(randoms + crafted, dtype=np.uint64)
+    assert np.array_equal(hasher.hash_values(hashes).astype(np.uint64), exact_hash_values(hasher, hashes))
+
+
+def test_hash_values_exact_across_blocks():
+    hasher = MinHasher(128, seed=2)
+    hashes = np.random.default_rng(0).integers(0, 1 << 32, 5000, dtype=np.uint64)
+    assert np.array_equal(hasher.hash_values(hashes).astype(np.uint64), exact_hash_values(hasher, hashes))
+    assert np.array_equal(hasher.hash_values(hashes[:1]).astype(np.uint64), exact_hash_values(hasher, hashes[:1]))
+
+
 def test_normalisation_ignores_case_punctuation_and_spacing():
     assert normalize("Hello,  World!\n\nIt's   ME.") == "hello world its me"
     assert normalized_bytes("  Hello,\u00a0World\u2019s\x1cend  ") == b"hello worlds end"
