@@ -74,6 +74,12 @@ def _normalize_non_ascii(run: bytes) -> bytes:
 
 
 _normalize_short_run = lru_cache(maxsize=4096)(_normalize_non_ascii)  # curly quotes, dashes, accents recur
+# Quotes, dashes, ellipsis, no-break space and BOM are most of the non-ASCII in English text: a
+# bytes.replace per character (exact, as UTF-8 sequences only match at character boundaries) often
+# leaves nothing for the per-run pass.
+_COMMON_NON_ASCII = tuple(
+    (char.encode("utf-8"), _normalize_non_ascii(char.encode("utf-8"))) for char in "\u2019\u201c\u201d\u2018\u2014\u2013\u2026\u00a0\ufeff"
+)
 
 
 def _normalize_non_ascii_runs(data: bytes) -> bytes:
@@ -96,7 +102,10 @@ def normalized_bytes(text: str) -> bytes:
     and whitespace (now all single spaces) collapses in numpy."""
     data = text.lower().encode("utf-8").translate(_ASCII_TABLE, _ASCII_DELETE)
     if not text.isascii():
-        data = _normalize_non_ascii_runs(data)
+        for sequence, replacement in _COMMON_NON_ASCII:
+            data = data.replace(sequence, replacement)
+        if not data.isascii():
+            data = _normalize_non_ascii_runs(data)
     raw = np.frombuffer(data, dtype=np.uint8)
     drop = raw == 32
     drop[1:] &= drop[:-1]  # a space goes when the byte before it is a space too (or it leads)
