@@ -10,13 +10,14 @@ Two base hashes, both plain functions of the shingle's bytes that datasketch acc
 
 * ``"wordmix"`` (default): every word gets a 64-bit hash (a polynomial over its bytes, then the
   murmur3 finaliser); a shingle's hash is the finaliser of the position-weighted sum of its word
-  hashes, top 32 bits. Word hashes come from prefix-free byte arithmetic over the whole document
-  in numpy and each shingle reuses its neighbours' word hashes, so no Python runs per shingle.
+  hashes, top 32 bits. Word hashes come from one segmented sum over the document's bytes in numpy
+  and each shingle reuses its neighbours' word hashes, so no Python runs per shingle or per word.
 * ``"sha1"``: datasketch's default ``sha1_hash32``, for signatures bit-compatible with MinHashes
-  built by others with datasketch's defaults (about 2x slower than ``"wordmix"``).
+  built by others with datasketch's defaults (about 3x slower than ``"wordmix"``).
 
-The permutation step is shared: the modulo is a Mersenne fold on the 32-bit halves
-(``2^61 = 1 mod p``) instead of a 64-bit integer division, computed in cache-sized blocks.
+The permutation step is shared: the low 32 bits of ``a*h + b`` need only uint32 arithmetic, and the
+fold ``mod 2^61 - 1`` adds at most 7 to them, so only each permutation's argmin (and any shingle
+within 7 of it) goes through datasketch's exact 64-bit formula (see :meth:`MinHasher.hash_values`).
 """
 from __future__ import annotations
 
@@ -299,6 +300,8 @@ class MinHasher:
         when the runner-up is more than 7 above it. Otherwise (or when some ``x`` of the permutation is
         within 8 of 2^32, so ``x + 8`` wraps below 8) every shingle within the bound is a candidate.
         """
+        if len(hashes) and hashes.max() > MAX_HASH:
+            raise ValueError("base hashes must be 32-bit: the uint32 search relies on it")
         out = np.full(self.num_perm, MAX_HASH, dtype=np.uint64)
         low = hashes.astype(np.uint32)
         for start in range(0, len(hashes), _BLOCK):
