@@ -184,6 +184,8 @@ def test_empty_text_has_empty_signature(base_hash):
 def test_unknown_base_hash_is_refused():
     with pytest.raises(ValueError, match="base_hash"):
         MinHasher(16, base_hash="md5")
+    with pytest.raises(ValueError, match="32-bit"):
+        MinHasher(16).hash_values(np.array([1 << 40], dtype=np.uint64))
 
 
 def test_lsh_params_and_s_curve():
