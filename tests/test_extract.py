@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from corpora.extract import ExtractorProcess, extract_page, trafilatura_text
+from corpora.extract import ExtractorProcess, extract_page, trafilatura_options, trafilatura_text
 from corpora.quality import quality_reject
 from corpusforge.config import ExtractConfig
 
@@ -74,7 +74,7 @@ def test_not_html_or_empty(extractor):
     )
 
 
-def stalling_extractor(html: bytes, url: str, favor: str) -> str | None:
+def stalling_extractor(html: bytes, url: str, **options) -> str | None:
     """Stands in for a pathological page: it never finishes in time (runs in the worker process)."""
     if b"STALL" in html:
         time.sleep(60)
@@ -82,7 +82,7 @@ def stalling_extractor(html: bytes, url: str, favor: str) -> str | None:
         raise ValueError("unparseable")
     if b"CRASH" in html:
         os._exit(1)  # as a segfault or an out-of-memory kill would end it
-    return trafilatura_text(html, url, favor)
+    return trafilatura_text(html, url, **options)
 
 
 def test_timeout_and_crash_restart_the_worker(eval_pages):
@@ -100,6 +100,20 @@ def test_timeout_and_crash_restart_the_worker(eval_pages):
         assert reason == "" and "OpenAI" in text
     finally:
         process.close()
+
+
+def test_config_options_reach_the_worker(extractor):
+    """Tables are kept by default (annotated main text often sits in them) and dropped on request."""
+    cell = "The harvest festival begins at noon on the village green with music and food for everyone"
+    page = (
+        "<html><body><article><h1>Festival</h1>"
+        + "<p>The village prepares for its autumn festival, as it has done every year since the war ended.</p>" * 3
+        + f"<table><tr><td>{cell}</td><td>Saturday</td></tr></table></article></body></html>"
+    ).encode()
+    kept, _ = extractor(page, "https://x.org/", trafilatura_options(ExtractConfig()))
+    dropped, _ = extractor(page, "https://x.org/", trafilatura_options(ExtractConfig(include_tables=False)))
+    assert cell in kept and "autumn festival" in kept
+    assert cell not in dropped and "autumn festival" in dropped
 
 
 PROSE = (
