@@ -69,6 +69,9 @@ class NearDedupConfig(Section):
     ngram: int = 5  # word n-gram shingles
     verify: bool = True  # exact Jaccard check of candidate pairs
     seed: int = 1
+    # "wordmix": vectorised base hash (signatures equal datasketch's with hashfunc=corpora.minhash.wordmix_hash32);
+    # "sha1": datasketch's default base hash, bit-identical to MinHash(num_perm, seed) signatures, ~3x slower
+    base_hash: Literal["wordmix", "sha1"] = "wordmix"
     # LSH bands x rows; None: datasketch's _optimal_param for threshold and num_perm with this weight on
     # false negatives (1 - it on false positives): candidates are verified, so a false positive costs one comparison
     false_negative_weight: float = 0.9

@@ -56,7 +56,7 @@ class _BandKeys(beam.DoFn):
         self.bands, self.rows = banding(cfg)
 
     def setup(self) -> None:
-        self.hasher = MinHasher(self.cfg.num_perm, self.cfg.seed, self.cfg.ngram)
+        self.hasher = MinHasher(self.cfg.num_perm, self.cfg.seed, self.cfg.ngram, base_hash=self.cfg.base_hash)
 
     def process(self, doc: Document) -> Iterator[tuple[bytes, tuple[str, str]]]:
         for key in band_keys(self.hasher.signature(doc.text), self.bands, self.rows):
