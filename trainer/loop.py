@@ -36,7 +36,7 @@ from trainer.metrics import (
     gpt_counts,
     plot_curves,
 )
-from trainer.models import ModelConfig, build_model, count_params, gpt_inputs, model_config
+from trainer.models import build_model, count_params, gpt_inputs, model_config
 from trainer.optim import make_optimizer, make_scheduler, recipe
 
 
