@@ -268,7 +268,8 @@ def train(
         results = evaluate(unwrap(model), eval_shards, cfg, world, manifest.vocab.sha256)
         log.log(cfg.steps, results, prefix="eval")
     if world.main:
-        (run_dir / "eval.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+        if results:
+            (run_dir / "eval.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
         if (run_dir / "metrics.jsonl").is_file():
             plot_curves(run_dir / "metrics.jsonl", run_dir / "curves.png")
     log.close()
