@@ -35,6 +35,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from corpusforge.config import BertConfig, GptConfig, ShardsConfig
 from pipeline.bert_examples import MaskingVocab, TokenizedDocument, create_bucket_examples, stable_hash, tokenize_documents
 from pipeline.gpt_examples import cut_windows
+from pipeline.sentence_tokens import SentenceEncoder
 from pipeline.vocab import EOT, load_tokenizer, vocab_manifest
 from shards.format import FORMAT_VERSION, bert_schema, gpt_schema, id_type
 from shards.writer import iter_sorted_buckets, keyed_schema, range_buckets, record_batch, row_bytes, write_shards, write_sort_bucket
@@ -94,11 +95,12 @@ class TokenizeBatch(beam.DoFn):
         self._vocab_dir = str(vocab_dir)
 
     def setup(self) -> None:
-        self._tokenizer = load_tokenizer(Path(self._vocab_dir))
-        self._dtype = np.dtype(np.uint16) if self._tokenizer.get_vocab_size(with_added_tokens=True) <= 65535 else np.dtype(np.int32)
+        tokenizer = load_tokenizer(Path(self._vocab_dir))
+        dtype = np.dtype(np.uint16) if tokenizer.get_vocab_size(with_added_tokens=True) <= 65535 else np.dtype(np.int32)
+        self._encoder = SentenceEncoder(tokenizer, dtype)
 
     def process(self, batch: list[tuple[str, list[str]]]) -> Iterator[tuple[str, object]]:
-        docs, counters = tokenize_documents(self._tokenizer, batch, self._dtype)
+        docs, counters = tokenize_documents(self._encoder, batch)
         for doc in docs:
             yield DOC, doc
         yield COUNTERS, dict(counters)

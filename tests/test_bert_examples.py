@@ -18,6 +18,7 @@ from corpusforge.config import BertConfig, ShardsConfig
 from pipeline.bert_examples import MaskingVocab, TokenizedDocument, create_bucket_examples, tokenize_documents, truncate_seq_pairs
 from pipeline.documents_io import documents_table, write_table_atomic
 from pipeline.examples_stage import write_bert_shards
+from pipeline.sentence_tokens import SentenceEncoder
 from pipeline.vocab import load_tokenizer
 from shards.reader import open_shard, read_manifest
 from shard_factory import assert_hf_reads_like_pyarrow, bert_tokenizer_json
@@ -60,7 +61,7 @@ def documents(shared_data) -> list[Document]:
 
 @pytest.fixture(scope="module")
 def tokenized(documents, vocab_dir, vocab) -> list[TokenizedDocument]:
-    docs, counters = tokenize_documents(load_tokenizer(vocab_dir), [(d.id, split_sentences(d.text)) for d in documents], vocab.id_dtype)
+    docs, counters = tokenize_documents(SentenceEncoder(load_tokenizer(vocab_dir), vocab.id_dtype), [(d.id, split_sentences(d.text)) for d in documents])
     assert counters["documents"] == len(documents) == len(docs) + counters["empty_documents"]
     return sorted(docs, key=lambda d: d.id)
 

@@ -1,0 +1,82 @@
+"""SentenceEncoder gives exactly the ids of one ``encode`` per sentence, on real books and random text."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tokenizers import Tokenizer
+
+from corpora.gutenberg import strip_gutenberg
+from corpora.sentences import split_sentences
+from pipeline.sentence_tokens import SentenceEncoder
+from shard_factory import bert_tokenizer_json, gpt_tokenizer_json
+
+# Characters that take every path: ASCII, whitespace the normalizer rewrites, curly quotes, accents
+# (stripped), CJK (padded), control characters (removed), capital sigma, dotted I, added-token text.
+ALPHABET = list("aZ09 .,'-!") + ["\n", "\t", "\xa0", "\u2028", "’", "“", "é", "Ê", "ß", "中", "\x07", "\u200b", "Σ", "İ", "\u0301", "[", "]", "[SEP]", "[MASK]", "[sep]", "SEP"]
+sentence = st.lists(st.sampled_from(ALPHABET), max_size=14).map("".join)
+documents = st.lists(st.lists(sentence, max_size=6), min_size=1, max_size=5)
+
+
+def per_sentence(tokenizer: Tokenizer, docs: list[list[str]]) -> list[tuple[list[int], list[int]]]:
+    out = []
+    for sentences in docs:
+        ids = [tokenizer.encode(s, add_special_tokens=False).ids for s in sentences]
+        out.append(([i for sentence_ids in ids for i in sentence_ids], [len(sentence_ids) for sentence_ids in ids]))
+    return out
+
+
+def assert_same(encoder: SentenceEncoder, tokenizer: Tokenizer, docs: list[list[str]]) -> None:
+    got = encoder.encode(docs)
+    assert len(got) == len(docs)
+    for (tokens, lengths), (want_tokens, want_lengths) in zip(got, per_sentence(tokenizer, docs)):
+        assert tokens.tolist() == want_tokens
+        assert lengths.tolist() == want_lengths
+
+
+@pytest.fixture(scope="module")
+def bert_tokenizer(shared_data, tmp_path_factory) -> Tokenizer:
+    path = bert_tokenizer_json(shared_data / "vocab" / "bert-base-uncased" / "vocab.txt", tmp_path_factory.mktemp("bert"))
+    return Tokenizer.from_file(str(path))
+
+
+@pytest.fixture(scope="module")
+def bert_encoder(bert_tokenizer) -> SentenceEncoder:
+    return SentenceEncoder(bert_tokenizer, np.dtype(np.uint16))
+
+
+@given(documents)
+@settings(max_examples=300, deadline=None)
+def test_random_text_matches_one_encode_per_sentence(bert_encoder, bert_tokenizer, docs):
+    assert_same(bert_encoder, bert_tokenizer, docs)
+
+
+def test_real_books_match_and_mostly_skip_the_normalizer(bert_tokenizer, shared_data):
+    docs = []
+    for name in ("11-0.txt", "41-0.txt", "pg1080.txt"):
+        text = strip_gutenberg((shared_data / "books" / "en" / name).read_text(encoding="utf-8-sig").replace("\r\n", "\n"))
+        docs.append(split_sentences(text)[:1500])
+    encoder = SentenceEncoder(bert_tokenizer, np.dtype(np.uint16))
+    assert_same(encoder, bert_tokenizer, docs)
+    fast = sum(int(encoder._fast_mask(sentences).sum()) for sentences in docs)
+    assert fast > 0.9 * sum(map(len, docs))  # the shortcut is what runs on English prose
+
+
+def test_bpe_without_separator_token_matches(shared_data, tmp_path):
+    vocab = shared_data / "vocab" / "gpt2"
+    tokenizer = Tokenizer.from_file(str(gpt_tokenizer_json(vocab / "vocab.json", vocab / "merges.txt", tmp_path)))
+    docs = [["Hello there.", " Über façades [SEP] 中文", ""], [], ["<|endoftext|> and   spaces\n"]]
+    assert_same(SentenceEncoder(tokenizer, np.dtype(np.uint16)), tokenizer, docs)
+
+
+def test_cased_wordpiece_keeps_case(shared_data, tmp_path):
+    from tokenizers.implementations import BertWordPieceTokenizer
+
+    path = Path(tmp_path) / "tokenizer.json"
+    BertWordPieceTokenizer(str(shared_data / "vocab" / "bert-base-uncased" / "vocab.txt"), lowercase=False).save(str(path))
+    tokenizer = Tokenizer.from_file(str(path))
+    docs = [["The Quick brown Fox.", "ÉCOLE d’été", "Straße [SEP] x"], ["ALL CAPS HERE", "\n"]]
+    assert_same(SentenceEncoder(tokenizer, np.dtype(np.uint16)), tokenizer, docs)
