@@ -1,6 +1,6 @@
 """Extraction stage speed and quality on trafilatura's evaluation set (1,033 real pages, 990 annotated).
 
-    .venv/bin/python bench/extract.py [--pages 990] [--no-fallback] [--favor precision] [--no-tables] [--no-fast]
+    .venv/bin/python bench/extract.py [--pages 990] [--no-fallback] [--favor precision] [--no-tables] [--no-fast] [--no-lead]
 
 Speed: pages/s (wall, and per CPU-second of parent + worker: the per-core figure) of our whole stage
 (worker process with a time limit, ftfy, language id, quality rules) vs trafilatura alone (its default
@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from corpora.extract import ExtractorProcess, extract_page, fix_mojibake, paragraphs, trafilatura_options  # noqa: E402
+from corpora.extract import ExtractorProcess, extract_page, fix_mojibake, main_text, paragraphs, trafilatura_options  # noqa: E402
 from corpusforge.config import ExtractConfig  # noqa: E402
 
 EVAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "html" / "trafilatura_eval"
@@ -101,9 +101,12 @@ def main() -> None:
     parser.add_argument("--favor", choices=("precision", "balanced", "recall"), default=ExtractConfig().favor)
     parser.add_argument("--no-tables", action="store_true", help="our stage drops tables")
     parser.add_argument("--no-fast", action="store_true", help="our stage adds trafilatura's readability/jusText fallback")
+    parser.add_argument("--no-lead", action="store_true", help="our stage does not restore the lead from the meta description")
     args = parser.parse_args()
     pages = load_pages(args.pages)
-    cfg = ExtractConfig(favor=args.favor, include_tables=not args.no_tables, fast=not args.no_fast)
+    cfg = ExtractConfig(
+        favor=args.favor, include_tables=not args.no_tables, fast=not args.no_fast, lead_from_description=not args.no_lead
+    )
     process = ExtractorProcess(cfg.timeout_s)
     options = trafilatura_options(cfg)
 
@@ -114,7 +117,7 @@ def main() -> None:
         return extract_page(html, url, "text/html", cfg, extractor=process)
 
     def stage_text(url: str, html: bytes) -> str | None:  # our extraction before page-level filters
-        text, _ = process(html, url, options)
+        text, _ = main_text(html, url, cfg, process)
         return paragraphs(fix_mojibake(text)) if text else None
 
     for url, html, _ in pages[:BLOCK]:  # warm-up, untimed: worker start, lazy imports, language model
@@ -144,7 +147,7 @@ def main() -> None:
         )
         rows.append(("trafilatura defaults, fallback", fallback_out))
 
-    print(f"extraction: {n} pages of trafilatura's evaluation set, ours {options}, 1 worker")
+    print(f"extraction: {n} pages of trafilatura's evaluation set, ours {options} lead={cfg.lead_from_description}, 1 worker")
     print(f"  {'':34} {'pages/s (wall)':>15} {'pages/s per CPU-second':>23}")
     names = {"direct": "trafilatura alone (fast)", "stage": "our stage", "fallback": "trafilatura fallback"}
     for side in wall:

@@ -8,8 +8,10 @@ import tarfile
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from corpora.extract import ExtractorProcess, extract_page, trafilatura_options, trafilatura_text
+from corpora.extract import ExtractorProcess, extract_page, meta_description, trafilatura_options, trafilatura_text, with_lead
 from corpora.quality import quality_reject
 from corpusforge.config import ExtractConfig
 
@@ -52,6 +54,39 @@ def test_english_pages_keep_main_text_and_drop_boilerplate(eval_pages, extractor
     found = norm(text)
     assert all(norm(s) in found for s in item["with"])
     assert not any(norm(s) in found for s in item["without"])
+
+
+def test_lead_restored_from_the_meta_description(eval_pages, extractor):
+    """wired's standfirst is an annotated main-text line that trafilatura drops; the page states it as its description."""
+    html, item = eval_pages["wired.com.burn.html"]
+    lead = meta_description(html)
+    assert lead.startswith("The computing power required for AI landmarks")
+    text, _ = extract_page(html, "https://www.wired.com/", extractor=extractor)
+    assert text.startswith(lead + "\n\n")
+    without, _ = extract_page(html, "https://www.wired.com/", config=ExtractConfig(lead_from_description=False), extractor=extractor)
+    assert lead not in norm(without) and norm(without) in norm(text)
+    html, _ = eval_pages["businessjargons.com.leadership.html"]  # its description is its first paragraph: not repeated
+    text, _ = extract_page(html, "https://businessjargons.com/", extractor=extractor)
+    assert norm(text).count(meta_description(html)) == 1
+
+
+def test_meta_description_forms():
+    assert meta_description(b'<meta property="og:description" content="A &amp; B\n  here"><meta name="description" content="x">') == "A & B here"
+    assert meta_description(b"<META CONTENT='Caf\xc3\xa9 news' NAME='Description'>") == "Caf\u00e9 news"
+    assert meta_description(b'<meta name="description" content="  "><meta name="keywords" content="a, b">') == ""
+    assert meta_description(b'<meta name="twitter:description" content="not this one">') == ""
+
+
+words = st.lists(st.text(alphabet="abcdef", min_size=1, max_size=6), min_size=1, max_size=12).map(" ".join)
+
+
+@given(lead=words, body=st.lists(words, min_size=1, max_size=5).map("\n".join))
+def test_with_lead_adds_the_description_once(lead, body):
+    html = f'<html><head><meta name="description" content="{lead}"></head></html>'.encode()
+    once = with_lead(body, html)
+    assert lead in " ".join(once.split()) and once.endswith(body)
+    assert with_lead(once, html) == once
+    assert once == body or once == f"{lead}\n{body}"
 
 
 def test_language_filter(eval_pages, extractor):
