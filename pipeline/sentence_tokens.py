@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from itertools import compress
 from typing import Sequence
 
 import numpy as np
@@ -52,35 +53,49 @@ class SentenceEncoder:
     def encode(self, docs: Sequence[Sequence[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
         if self._sep_id is None:
             return self._per_sentence(docs)
-        fast = [self._fast_mask(sentences) for sentences in docs]
-        plain = [any(SEPARATOR in s for s in sentences) for sentences in docs]  # must go one input per sentence
-        fast_inputs, slow_inputs = [], []
-        for sentences, mask, single in zip(docs, fast, plain):
-            if single:
-                continue
-            fast_inputs.append(self._joiner.join(s.lower() if self._lowercase else s for s, f in zip(sentences, mask) if f))
-            slow_inputs.append(self._joiner.join(s for s, f in zip(sentences, mask) if not f))
-        fast_ids = self._ids(self._raw, fast_inputs) if self._raw is not None else [np.zeros(0, self._dtype)] * len(fast_inputs)
-        slow_ids = self._ids(self._tokenizer, slow_inputs)
-        singles = self._per_sentence([sentences for sentences, single in zip(docs, plain) if single])
-        out, joined, alone = [], iter(zip(fast_ids, slow_ids)), iter(singles)
-        for sentences, mask, single in zip(docs, fast, plain):
-            if single:
+        plans = [self._plan(sentences) for sentences in docs]
+        joined = [plan for plan in plans if plan is not None]
+        fast_ids = iter(self._ids(self._raw, [plan[1] for plan in joined]))  # all "" when there is no fast path
+        slow_ids = iter(self._ids(self._tokenizer, [plan[2] for plan in joined]))
+        alone = iter(self._per_sentence([sentences for sentences, plan in zip(docs, plans) if plan is None]))
+        out = []
+        for plan in plans:
+            if plan is None:
                 out.append(next(alone))
                 continue
-            fast_part, slow_part = next(joined)
-            out.append(self._interleave(mask, self._split(fast_part, int(mask.sum())), self._split(slow_part, int((~mask).sum()))))
+            mask = plan[0]
+            fast, slow = self._split(next(fast_ids), int(mask.sum())), self._split(next(slow_ids), int(len(mask) - mask.sum()))
+            out.append(self._interleave(mask, fast, slow))
         return out
 
-    def _fast_mask(self, sentences: Sequence[str]) -> np.ndarray:
-        """Which sentences may skip the normalizer (all False without a fast path)."""
-        if self._raw is None or not sentences:
+    def _plan(self, sentences: Sequence[str]) -> tuple[np.ndarray, str, str] | None:
+        """(fast sentences, their joined lowered text, the others' joined text); None: one input per sentence."""
+        text = "\x00".join(sentences)
+        if not sentences or SEPARATOR in text or text.count("\x00") != len(sentences) - 1:
+            return None
+        mask = self._fast_mask(text, sentences)
+        if mask.all():
+            return mask, (text.lower() if self._lowercase else text).replace("\x00", self._joiner), ""
+        if not mask.any():
+            return mask, "", text.replace("\x00", self._joiner)
+        keep = mask.tolist()
+        lowered = text.lower().split("\x00") if self._lowercase else sentences
+        fast = self._joiner.join(compress(lowered, keep))
+        slow = self._joiner.join(compress(sentences, [not k for k in keep]))
+        return mask, fast, slow
+
+    def _fast_mask(self, text: str, sentences: Sequence[str]) -> np.ndarray:
+        """Which sentences may skip the normalizer: none of their characters is unsafe."""
+        if self._raw is None:
             return np.zeros(len(sentences), dtype=bool)
-        unsafe = [c for c in set("".join(sentences)) if not self._is_safe(c)]
-        if not unsafe:
-            return np.ones(len(sentences), dtype=bool)
-        pattern = re.compile("[" + "".join(re.escape(c) for c in unsafe) + "]")
-        return np.fromiter((pattern.search(s) is None for s in sentences), dtype=bool, count=len(sentences))
+        unsafe = [c for c in set(text) if c != "\x00" and not self._is_safe(c)]
+        mask = np.ones(len(sentences), dtype=bool)
+        if unsafe:
+            pattern = re.compile("[" + "".join(re.escape(c) for c in unsafe) + "]")
+            positions = np.fromiter((match.start() for match in pattern.finditer(text)), dtype=np.int64)
+            widths = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences)) + 1
+            mask[np.searchsorted(np.cumsum(widths), positions, side="right")] = False
+        return mask
 
     def _is_safe(self, char: str) -> bool:
         known = self._safe.get(char)
@@ -99,7 +114,7 @@ class SentenceEncoder:
         words = [word for word, _ in self._raw.pre_tokenizer.pre_tokenize_str(f"a{char}b")]
         return normalized == " " and words == ["a", "b"]
 
-    def _ids(self, tokenizer: Tokenizer, texts: list[str]) -> list[np.ndarray]:
+    def _ids(self, tokenizer: Tokenizer | None, texts: list[str]) -> list[np.ndarray]:
         """Ids of every text; empty texts (a document with no sentence on this path) skip the tokenizer."""
         filled = [text for text in texts if text]
         encodings = iter(tokenizer.encode_batch_fast(filled, add_special_tokens=False) if filled else [])
