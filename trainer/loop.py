@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -269,7 +270,9 @@ def train(
         log.log(cfg.steps, results, prefix="eval")
     if world.main:
         if results:
-            (run_dir / "eval.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+            tmp = run_dir / f"eval.json.tmp-{uuid.uuid4().hex}"
+            tmp.write_text(json.dumps(results, indent=2), encoding="utf-8")
+            os.replace(tmp, run_dir / "eval.json")
         if (run_dir / "metrics.jsonl").is_file():
             plot_curves(run_dir / "metrics.jsonl", run_dir / "curves.png")
     log.close()

@@ -7,6 +7,7 @@ the MLM decoder, which only runs on the masked positions.
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,7 @@ def plot_curves(metrics_path: Path, png_path: Path) -> Path:
         ax.legend()
     fig.tight_layout()
     png_path = Path(png_path)
-    tmp = png_path.with_name(f"{png_path.name}.tmp.png")
+    tmp = png_path.with_name(f"{png_path.stem}.tmp-{uuid.uuid4().hex}.png")  # savefig picks the format from the suffix
     fig.savefig(tmp, dpi=100)
     plt.close(fig)
     tmp.replace(png_path)
