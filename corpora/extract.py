@@ -29,6 +29,7 @@ from corpusforge.config import ExtractConfig
 # C1 control characters, or a UTF-8 lead byte read as Latin-1 followed by a continuation byte ("Ã©", "â€").
 _MOJIBAKE = re.compile("[\x80-\x9f]|[\xc2-\xf4][\x80-\xbf\u0152\u0153\u0160\u0161\u0178\u017d\u017e\u0192\u02c6\u02dc\u2013-\u203a\u20ac\u2122]")
 
+_TABLE_RULE = re.compile(r"[\s|:-]*")  # the "|---|---|" line under a header row
 _META_DESCRIPTION = re.compile(rb"<meta\s[^>]*?(?:name|property)\s*=\s*[\"'](?:og:)?description[\"'][^>]*>", re.IGNORECASE)
 _CONTENT = re.compile(rb"""content\s*=\s*(?:"([^"]*)"|'([^']*)')""", re.IGNORECASE)
 
@@ -176,9 +177,22 @@ def main_text(html: bytes, url: str, cfg: ExtractConfig, extractor: ExtractorPro
     return text, reason
 
 
+def table_row(line: str) -> str:
+    """A markdown table row ("| a | b |") as its cells separated by tabs; "" for a rule line.
+
+    The pipes are markup, not text: as words they would also fail the alphabetic-word quality rule
+    and drop whole articles that carry one long table.
+    """
+    if not line.startswith("|"):
+        return line
+    if _TABLE_RULE.fullmatch(line):
+        return ""
+    return "\t".join(cell.strip() for cell in line.strip("|").split("|") if cell.strip())
+
+
 def paragraphs(text: str) -> str:
     """trafilatura's one-paragraph-per-line text as the project's blank-line-separated paragraphs."""
-    return "\n\n".join(line.strip() for line in text.splitlines() if line.strip())
+    return "\n\n".join(row for row in (table_row(line.strip()) for line in text.splitlines()) if row)
 
 
 def fix_mojibake(text: str) -> str:

@@ -11,7 +11,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corpora.extract import ExtractorProcess, extract_page, meta_description, trafilatura_options, trafilatura_text, with_lead
+from corpora.extract import (
+    ExtractorProcess,
+    extract_page,
+    meta_description,
+    paragraphs,
+    trafilatura_options,
+    trafilatura_text,
+    with_lead,
+)
 from corpora.quality import quality_reject
 from corpusforge.config import ExtractConfig
 
@@ -149,6 +157,12 @@ def test_config_options_reach_the_worker(extractor):
     dropped, _ = extractor(page, "https://x.org/", trafilatura_options(ExtractConfig(include_tables=False)))
     assert cell in kept and "autumn festival" in kept
     assert cell not in dropped and "autumn festival" in dropped
+    assert f"\n\n{cell}\tSaturday" in paragraphs(kept)
+
+
+def test_table_rows_become_tab_separated_cells():
+    text = "A heading\n| Constituency | Member | Email |\n|---|---|---|\n| Aberconwy | Robin Millar |  |\n  Closing words. "
+    assert paragraphs(text) == "A heading\n\nConstituency\tMember\tEmail\n\nAberconwy\tRobin Millar\n\nClosing words."
 
 
 PROSE = (
