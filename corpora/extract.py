@@ -4,10 +4,12 @@ trafilatura extracts the main text with its own evaluated settings (balanced, ta
 0.920 on its 990-page evaluation set, where favouring precision scored 0.908 and no per-page or
 per-paragraph combination of settings passed the slower fallback mode's 0.926). What it misses most is
 the article's lead (standfirst), which pages also state as their meta description: putting that back
-when the extraction lacks it raises F1 to 0.930 for a regular expression's cost. Extraction runs in a persistent worker process so that a pathological page
-(deep nesting, regex backtracking) cannot stall the Beam worker: past ``timeout_s`` the worker is killed,
-a fresh one started, and the page rejected as ``extraction_timeout``. Then ftfy repairs mojibake,
-py3langid checks the language, and the Gopher-style rules in :mod:`corpora.quality` drop what is left.
+when the extraction lacks it raises F1 to 0.930 for a regular expression's cost (``bench/extract.py``).
+
+Extraction runs in a persistent worker process so that a pathological page (deep nesting, regex
+backtracking) cannot stall the Beam worker: past ``timeout_s`` the worker is killed, a fresh one
+started, and the page rejected as ``extraction_timeout``. Then ftfy repairs mojibake, py3langid checks
+the language, and the Gopher-style rules in :mod:`corpora.quality` drop what is left.
 """
 from __future__ import annotations
 
