@@ -1,33 +1,38 @@
 """Token ids of many documents' sentences, exactly as ``tokenizer.encode`` per sentence, but faster.
 
-Two costs dominate a plain ``encode_batch_fast`` over sentences: building one ``Encoding`` per
-sentence (and merging them to get the ids out) and, for BERT, the ``BertNormalizer``, which tracks
-an alignment per byte and takes about 40% of the time. So:
+A plain ``encode_batch_fast`` over sentences pays for one ``Encoding`` per sentence (and a merge to
+get the ids out) and, for BERT, for the ``BertNormalizer`` (an alignment per byte, about 40% of the
+time) and the pre-tokenizer and WordPiece on every word, though prose repeats a few tens of
+thousands of distinct words. So, for a BertNormalizer + BertPreTokenizer vocabulary:
 
-* A document's sentences are joined by `` [SEP] `` (a special token, split off before anything
-  else, so it never merges with a neighbour) and encoded as one input; the separator ids give the
-  sentence boundaries back. A sentence containing the separator text itself falls back to one
-  input per sentence, so literal "[SEP]"s in the text stay inside their sentence as before.
-* Sentences whose every character the normalizer maps exactly as ``str.lower`` does (nearly all
-  English text: ASCII, curly quotes, dashes) are lowered in Python and encoded by a copy of the
-  tokenizer without normalizer; whitespace the pre-tokenizer splits on anyway also qualifies.
+* Fast path. Sentences whose every character the normalizer maps exactly as ``str.lower`` does
+  (nearly all English prose: ASCII, curly quotes, dashes; whitespace the pre-tokenizer drops
+  anyway) are lowered in Python and split into words by one regex built from the pre-tokenizer's
+  own verdict on each character (space, punctuation or word character). Each distinct word goes
+  through the tokenizer once (cached); a sentence's ids are a numpy gather of its words' ids.
   Accented letters, CJK, control characters, ``Σ`` (whose ``str.lower`` depends on context) and
-  the first characters of added tokens send their sentence through the real normalizer.
+  the first characters of added tokens send their sentence down the other path.
+* Other sentences of a document are joined by `` [SEP] `` (a special token, split off before
+  anything else, so it never merges with a neighbour) and encoded as one input through the real
+  normalizer; the separator ids give the sentence boundaries back. A document whose text holds
+  "[SEP]" itself is encoded one input per sentence, as is everything for other vocabularies.
 
-Both shortcuts are checked against per-sentence ``encode`` on real books and random text (tests).
+Both paths are checked against per-sentence ``encode`` on real books and random text (tests).
 """
 from __future__ import annotations
 
 import json
 import re
 import unicodedata
-from itertools import compress
+from itertools import chain, compress
 from typing import Sequence
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
 SEPARATOR = "[SEP]"
+MARK = "\x00"  # ends a sentence inside the fast path's text: a control character, so never in a fast sentence
+WORD_CACHE_SIZE = 500_000  # distinct words remembered (their ids) before the cache starts over
 CONTEXT_DEPENDENT_LOWER = {"\u03a3"}  # str.lower maps a word-final capital sigma to ς, the normalizer never
 
 
@@ -43,19 +48,22 @@ class SentenceEncoder:
         normalizer = json.loads(tokenizer.to_str()).get("normalizer") or {}
         self._raw: Tokenizer | None = None
         self._lowercase = False
-        if self._sep_id is not None and normalizer.get("type") == "BertNormalizer":
+        pre_tokenizer = json.loads(tokenizer.to_str()).get("pre_tokenizer") or {}
+        if self._sep_id is not None and normalizer.get("type") == "BertNormalizer" and pre_tokenizer.get("type") == "BertPreTokenizer":
             self._raw = Tokenizer.from_str(tokenizer.to_str())
             self._raw.normalizer = None
             self._lowercase = bool(normalizer.get("lowercase"))
         self._reserved = {c for t in added for c in (t.content[:1], t.content[:1].lower(), t.content[:1].upper()) if c}
         self._safe: dict[str, bool] = {}
+        self._kinds: dict[str, str] = {}  # character -> "space" | "punct" | "word" for the pre-tokenizer
+        self._clear_words()
 
     def encode(self, docs: Sequence[Sequence[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
         if self._sep_id is None:
             return self._per_sentence(docs)
         plans = [self._plan(sentences) for sentences in docs]
         joined = [plan for plan in plans if plan is not None]
-        fast_ids = iter(self._ids(self._raw, [plan[1] for plan in joined]))  # all "" when there is no fast path
+        fast = iter(self._encode_words([plan[1] for plan in joined], [int(plan[0].sum()) for plan in joined]))
         slow_ids = iter(self._ids(self._tokenizer, [plan[2] for plan in joined]))
         alone = iter(self._per_sentence([sentences for sentences, plan in zip(docs, plans) if plan is None]))
         out = []
@@ -64,31 +72,31 @@ class SentenceEncoder:
                 out.append(next(alone))
                 continue
             mask = plan[0]
-            fast, slow = self._split(next(fast_ids), int(mask.sum())), self._split(next(slow_ids), int(len(mask) - mask.sum()))
-            out.append(self._interleave(mask, fast, slow))
+            out.append(self._interleave(mask, next(fast), self._split(next(slow_ids), int(len(mask) - mask.sum()))))
         return out
 
     def _plan(self, sentences: Sequence[str]) -> tuple[np.ndarray, str, str] | None:
-        """(fast sentences, their joined lowered text, the others' joined text); None: one input per sentence."""
-        text = "\x00".join(sentences)
-        if not sentences or SEPARATOR in text or text.count("\x00") != len(sentences) - 1:
+        """(fast sentences, their lowered text joined by MARK, the others' text joined by the separator).
+
+        None: one input per sentence (the text holds the separator or MARK itself).
+        """
+        text = MARK.join(sentences)
+        if not sentences or SEPARATOR in text or text.count(MARK) != len(sentences) - 1:
             return None
         mask = self._fast_mask(text, sentences)
         if mask.all():
-            return mask, (text.lower() if self._lowercase else text).replace("\x00", self._joiner), ""
+            return mask, text.lower() if self._lowercase else text, ""
         if not mask.any():
-            return mask, "", text.replace("\x00", self._joiner)
+            return mask, "", text.replace(MARK, self._joiner)
         keep = mask.tolist()
-        lowered = text.lower().split("\x00") if self._lowercase else sentences
-        fast = self._joiner.join(compress(lowered, keep))
-        slow = self._joiner.join(compress(sentences, [not k for k in keep]))
-        return mask, fast, slow
+        lowered = text.lower().split(MARK) if self._lowercase else sentences
+        return mask, MARK.join(compress(lowered, keep)), self._joiner.join(compress(sentences, [not k for k in keep]))
 
     def _fast_mask(self, text: str, sentences: Sequence[str]) -> np.ndarray:
         """Which sentences may skip the normalizer: none of their characters is unsafe."""
         if self._raw is None:
             return np.zeros(len(sentences), dtype=bool)
-        unsafe = [c for c in set(text) if c != "\x00" and not self._is_safe(c)]
+        unsafe = [c for c in set(text) if c != MARK and not self._is_safe(c)]
         mask = np.ones(len(sentences), dtype=bool)
         if unsafe:
             pattern = re.compile("[" + "".join(re.escape(c) for c in unsafe) + "]")
@@ -113,6 +121,61 @@ class SentenceEncoder:
         # Whitespace the normalizer turns into " ": fine if the pre-tokenizer drops it anyway.
         words = [word for word, _ in self._raw.pre_tokenizer.pre_tokenize_str(f"a{char}b")]
         return normalized == " " and words == ["a", "b"]
+
+    def _clear_words(self) -> None:
+        self._word_index: dict[str, int] = {MARK: 0}  # word -> row in the arrays below; MARK ends a sentence
+        self._word_lengths = np.zeros(1, dtype=np.int64)
+        self._word_starts = np.zeros(1, dtype=np.int64)
+        self._word_ids = np.zeros(0, dtype=self._dtype)
+
+    def _encode_words(self, texts: list[str], counts: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Fast-path texts (sentences joined by MARK): split into words as the pre-tokenizer does, then
+        look up each word's ids, asking the model only about words not seen yet."""
+        if not any(counts):
+            return [(np.zeros(0, dtype=self._dtype), np.zeros(0, dtype=np.int64)) for _ in texts]
+        pattern = self._word_pattern(set().union(*map(set, texts)))
+        words = [pattern.findall(text) for text in texts]
+        if len(self._word_index) > WORD_CACHE_SIZE:
+            self._clear_words()
+        new = sorted(set().union(*map(set, words)).difference(self._word_index))
+        if new:
+            encodings = self._raw.encode_batch_fast(new, add_special_tokens=False)
+            lengths = np.fromiter(map(len, encodings), dtype=np.int64, count=len(new))
+            ids = np.fromiter(chain.from_iterable(e.ids for e in encodings), dtype=self._dtype, count=int(lengths.sum()))
+            self._word_index.update(zip(new, range(len(self._word_lengths), len(self._word_lengths) + len(new))))
+            self._word_starts = np.concatenate([self._word_starts, len(self._word_ids) + np.cumsum(lengths) - lengths])
+            self._word_lengths = np.concatenate([self._word_lengths, lengths])
+            self._word_ids = np.concatenate([self._word_ids, ids])
+        out = []
+        for text_words, count in zip(words, counts):
+            if count == 0:
+                out.append((np.zeros(0, dtype=self._dtype), np.zeros(0, dtype=np.int64)))
+                continue
+            codes = np.fromiter(map(self._word_index.__getitem__, text_words), dtype=np.int64, count=len(text_words))
+            lengths = self._word_lengths[codes]
+            ends = np.cumsum(lengths)
+            index = np.repeat(self._word_starts[codes] - (ends - lengths), lengths) + np.arange(int(ends[-1]) if len(ends) else 0)
+            marks = np.flatnonzero(codes == 0)
+            if len(marks) != count - 1:
+                raise AssertionError(f"{len(marks)} sentence marks for {count} sentences")
+            bounds = np.concatenate([[0], ends[marks], [ends[-1] if len(ends) else 0]])
+            out.append((self._word_ids[index], np.diff(bounds)))
+        return out
+
+    def _word_pattern(self, chars: set[str]) -> re.Pattern:
+        """MARK, one punctuation character, or a run of word characters: ``BertPreTokenizer`` as a regex."""
+        kinds = {c: self._kind(c) for c in chars - {MARK}}
+        punct = "".join(re.escape(c) for c, kind in kinds.items() if kind == "punct")
+        space = "".join(re.escape(c) for c, kind in kinds.items() if kind == "space")
+        alternatives = [re.escape(MARK)] + ([f"[{punct}]"] if punct else []) + [f"[^{punct}{space}{re.escape(MARK)}]+"]
+        return re.compile("|".join(alternatives))
+
+    def _kind(self, char: str) -> str:
+        kind = self._kinds.get(char)
+        if kind is None:
+            words = [word for word, _ in self._raw.pre_tokenizer.pre_tokenize_str(f"a{char}b")]
+            kind = self._kinds[char] = {2: "space", 3: "punct"}.get(len(words), "word")
+        return kind
 
     def _ids(self, tokenizer: Tokenizer | None, texts: list[str]) -> list[np.ndarray]:
         """Ids of every text; empty texts (a document with no sentence on this path) skip the tokenizer."""

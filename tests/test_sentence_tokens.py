@@ -80,3 +80,13 @@ def test_cased_wordpiece_keeps_case(shared_data, tmp_path):
     tokenizer = Tokenizer.from_file(str(path))
     docs = [["The Quick brown Fox.", "ÉCOLE d’été", "Straße [SEP] x"], ["ALL CAPS HERE", "\n"]]
     assert_same(SentenceEncoder(tokenizer, np.dtype(np.uint16)), tokenizer, docs)
+
+
+def test_word_cache_starting_over_changes_nothing(bert_tokenizer, monkeypatch):
+    import pipeline.sentence_tokens as sentence_tokens
+
+    monkeypatch.setattr(sentence_tokens, "WORD_CACHE_SIZE", 3)
+    encoder = SentenceEncoder(bert_tokenizer, np.dtype(np.uint16))
+    docs = [["The cat sat on the mat.", "Then it left!"], ["A dog’s day", "", "ends, quietly."]]
+    for _ in range(3):  # every call after the first finds a full cache and starts over
+        assert_same(encoder, bert_tokenizer, docs)
