@@ -32,7 +32,7 @@ from tokenizers import Encoding, Tokenizer
 
 SEPARATOR = "[SEP]"
 MARK = "\x00"  # ends a sentence inside the fast path's text: a control character, so never in a fast sentence
-WORD_CACHE_SIZE = 500_000  # distinct words remembered (their ids) before the cache starts over
+WORD_CACHE_SIZE = 200_000  # distinct words remembered (their ids) before the cache starts over
 CONTEXT_DEPENDENT_LOWER = {"\u03a3"}  # str.lower maps a word-final capital sigma to ς, the normalizer never
 
 
@@ -41,14 +41,14 @@ class SentenceEncoder:
 
     def __init__(self, tokenizer: Tokenizer, dtype: np.dtype) -> None:
         self._tokenizer, self._dtype = tokenizer, np.dtype(dtype)
-        added = [token for token in tokenizer.get_added_tokens_decoder().values()]
+        added = list(tokenizer.get_added_tokens_decoder().values())
         separator = next((t for t in added if t.content == SEPARATOR and t.special), None)
         self._sep_id = tokenizer.token_to_id(SEPARATOR) if separator else None
         self._joiner = f" {SEPARATOR} "
-        normalizer = json.loads(tokenizer.to_str()).get("normalizer") or {}
-        self._raw: Tokenizer | None = None
+        config = json.loads(tokenizer.to_str())
+        normalizer, pre_tokenizer = config.get("normalizer") or {}, config.get("pre_tokenizer") or {}
+        self._raw: Tokenizer | None = None  # the tokenizer without normalizer, for the fast path
         self._lowercase = False
-        pre_tokenizer = json.loads(tokenizer.to_str()).get("pre_tokenizer") or {}
         if self._sep_id is not None and normalizer.get("type") == "BertNormalizer" and pre_tokenizer.get("type") == "BertPreTokenizer":
             self._raw = Tokenizer.from_str(tokenizer.to_str())
             self._raw.normalizer = None
