@@ -186,14 +186,14 @@ def _pack_document(
     u = rng.random(6 * n).tolist()
     k = 0  # next unused uniform
     rows: list[tuple[int, int, int, int, int, int]] = []  # a_start, a_len, b_doc, b_start, b_len, random_next
-    i = 0
+    short = i = 0
     while i < n:
         target = max_num_tokens
         if u[k] < short_prob:
             target = 2 + int(u[k + 1] * (max_num_tokens - 1))  # uniform in [2, max_num_tokens]
-            counters["short_targets"] += 1
+            short += 1
         k += 2
-        j = min(bisect_left(cum, cum[i] + target) - 1, n - 1)  # chunk = sentences i..j, reaching target
+        j = bisect_left(cum, cum[i] + target, i + 1, n) - 1  # chunk = sentences i..j, reaching target (j < n)
         a_end = i + 1 if j == i else i + 1 + int(u[k] * (j - i))  # A = sentences i..a_end-1, 1..chunk-1 of them
         random_next = j == i or u[k + 1] < random_prob
         k += 2
@@ -209,14 +209,16 @@ def _pack_document(
             partner = int(u[k] * others)
             partner += partner >= index  # uniform over the other documents
             pcum = offsets[partner]
-            start = int(u[k + 1] * (len(pcum) - 1))
-            end = min(bisect_left(pcum, pcum[start] + max(1, target - a_len)), len(pcum) - 1)
+            last = len(pcum) - 1
+            start = int(u[k + 1] * last)
+            end = bisect_left(pcum, pcum[start] + max(1, target - a_len), start + 1, last)
             rows.append((a_start, a_len, partner, bases[partner] + pcum[start], pcum[end] - pcum[start], 1))
             i = a_end  # the reference puts the unused sentences of the chunk back
         else:
             rows.append((a_start, a_len, index, base + cum[a_end], cum[j + 1] - cum[a_end], 0))
             i = j + 1
         k += 2
+    counters["short_targets"] += short
     if not rows:
         return None
     table = np.asarray(rows, dtype=np.int64)
