@@ -32,7 +32,8 @@ from corpusforge.config import ExtractConfig
 _MOJIBAKE = re.compile("[\x80-\x9f]|[\xc2-\xf4][\x80-\xbf\u0152\u0153\u0160\u0161\u0178\u017d\u017e\u0192\u02c6\u02dc\u2013-\u203a\u20ac\u2122]")
 
 _TABLE_RULE = re.compile(r"[\s|:-]*")  # the "|---|---|" line under a header row
-_META_DESCRIPTION = re.compile(rb"<meta\s[^>]*?(?:name|property)\s*=\s*[\"'](?:og:)?description[\"'][^>]*>", re.IGNORECASE)
+_META_TAG = re.compile(rb"<meta\s[^<>]*>", re.IGNORECASE)  # no "<" inside: scans never overlap, time stays linear
+_DESCRIPTION = re.compile(rb"""(?:name|property)\s*=\s*["'](?:og:)?description["']""", re.IGNORECASE)
 _CONTENT = re.compile(rb"""content\s*=\s*(?:"([^"]*)"|'([^']*)')""", re.IGNORECASE)
 
 Extractor = Callable[..., "str | None"]  # (html, url, **trafilatura_options(cfg)) -> text
@@ -145,8 +146,8 @@ def meta_description(html: bytes) -> str:
 
     A regular expression on the bytes, not a parse: the worker already parsed the page once.
     """
-    for tag in _META_DESCRIPTION.finditer(html):
-        content = _CONTENT.search(tag.group(0))
+    for tag in _META_TAG.finditer(html):
+        content = _CONTENT.search(tag.group(0)) if _DESCRIPTION.search(tag.group(0)) else None
         if content:
             raw = content.group(1) or content.group(2) or b""
             try:
