@@ -180,8 +180,13 @@ def merge_counters(parts: Iterable[dict]) -> dict:
     return dict(total)
 
 
-def _write_json(value: dict, path: str) -> None:
-    Path(path).write_text(json.dumps(value, sort_keys=True), encoding="utf-8")
+def _one_key(counters: dict) -> tuple[None, dict]:
+    return None, counters
+
+
+def _write_counters(grouped: tuple[None, Iterable[dict]], path: str) -> None:
+    """All counters merged into one file (a GroupByKey rather than CombineGlobally: fewer Beam steps)."""
+    Path(path).write_text(json.dumps(merge_counters(grouped[1]), sort_keys=True), encoding="utf-8")
 
 
 def _only(element: tuple[str, object], kind: str) -> Iterator[object]:
@@ -204,8 +209,9 @@ def _finish_graph(made: beam.PCollection, tokenize_counters: beam.PCollection, t
     _ = (
         [tokenize_counters, made | "ExampleCounters" >> beam.FlatMap(_only, COUNTERS), written]
         | "AllCounters" >> beam.Flatten()
-        | "MergeCounters" >> beam.CombineGlobally(merge_counters)
-        | "WriteCounters" >> beam.Map(_write_json, str(temp / "counters.json"))
+        | "OneKey" >> beam.Map(_one_key)
+        | "Gather" >> beam.GroupByKey()
+        | "WriteCounters" >> beam.Map(_write_counters, str(temp / "counters.json"))
     )
 
 
@@ -225,7 +231,8 @@ def _run(
     try:
         with beam.Pipeline(options=pipeline_options) as p:
             graph(p, temp)
-        counters = json.loads((temp / "counters.json").read_text(encoding="utf-8"))
+        counts_file = temp / "counters.json"  # absent only when no batch came in (an empty corpus)
+        counters = json.loads(counts_file.read_text(encoding="utf-8")) if counts_file.is_file() else {}
         buckets = sorted(temp.glob("bucket-*.arrow"))
         examples = sum(_row_count(path) for path in buckets)
         announced = counters.get("examples", counters.get("full_windows", 0) + counters.get("tail_windows", 0))
