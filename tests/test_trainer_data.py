@@ -1,4 +1,4 @@
-"""ShardStream: exactly-once sharding over ranks x workers, seeded shuffle, exact resume, model inputs."""
+"""ShardStream: exactly-once sharding over ranks x workers, seeded shuffle, exact resume, example ranges, model inputs."""
 from __future__ import annotations
 
 import itertools
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from shard_factory import FIRST_WORD_ID, random_bert_columns, random_gpt_columns, write_shards
 from torch.utils.data import DataLoader
 
-from trainer.data import DataWaitTimer, ShardStream, epoch_order, to_model_inputs
+from trainer.data import DataWaitTimer, ShardStream, epoch_order, holdout_split, shard_bounds, to_model_inputs
 
 N = 1000
 SHARDS = [600, 400]
@@ -61,6 +61,43 @@ def test_every_example_once_per_epoch_across_3_ranks_x_2_workers(shard_dir):
     assert set(order) - set(seen) == set(order[stream.batches_per_epoch * 48 :])  # only the drop_last tail
 
 
+def test_train_and_held_out_ranges_split_every_example_once_across_3_ranks_x_2_workers(shard_dir):
+    world, batch_size, cut = 3, 16, 700  # the cut is row 100 of shard 1: inside the block [64, 128)
+    covered = []
+    for example_range in [(0, cut), (cut, N)]:
+        per_rank = [
+            read_all(ShardStream(shard_dir, batch_size, rank=r, world_size=world, seed=7, example_range=example_range), workers=2)
+            for r in range(world)
+        ]
+        stream = ShardStream(shard_dir, batch_size, world_size=world, seed=7, example_range=example_range)
+        served = [i for g in range(stream.batches_per_epoch) for r in range(world) for i in per_rank[r][g]]
+        assert stream.examples == example_range[1] - example_range[0]
+        assert len(served) == len(set(served)) == stream.examples - stream.dropped_per_epoch == stream.batches_per_epoch * 48
+        # the restricted order is the full order with the other range taken out (straddling blocks clipped)
+        order = [i for i in global_order(0, seed=7) if example_range[0] <= i < example_range[1]]
+        assert served == order[: len(served)]
+        covered += order  # served, then this range's drop_last tail
+    assert sorted(covered) == list(range(N))
+    train_blocks = epoch_order(SHARDS, 7, 0, 64, bounds=shard_bounds(SHARDS, (0, cut))).tolist()
+    held_blocks = epoch_order(SHARDS, 7, 0, 64, bounds=shard_bounds(SHARDS, (cut, N))).tolist()
+    assert [1, 64, 100] in train_blocks and [1, 100, 128] in held_blocks
+    assert all(shard == 1 and first >= 100 for shard, first, _ in held_blocks)
+
+
+def test_rows_outside_the_range_are_never_read(shard_dir):
+    stream = ShardStream(shard_dir, 10, seed=3, example_range=(650, 990))
+    ids = [i for batch in read_all(stream, workers=0) for i in batch]
+    assert sorted(ids) == list(range(650, 990)) and list(stream._shards) == [1]  # shard 0 never even opened
+    with pytest.raises(ValueError, match="outside"):
+        ShardStream(shard_dir, 10, example_range=(500, N + 1))
+
+
+def test_holdout_split_takes_the_tail_capped_at_a_tenth():
+    assert holdout_split(50_000, 1000) == {"examples": 50_000, "train": [0, 49_000], "held_out": [49_000, 50_000]}
+    assert holdout_split(300, 1000) == {"examples": 300, "train": [0, 270], "held_out": [270, 300]}
+    assert holdout_split(300, 0)["held_out"] is None and holdout_split(9, 1000) == {"examples": 9, "train": [0, 9], "held_out": None}
+
+
 def test_sequence_is_the_same_for_any_number_of_workers(shard_dir):
     single = read_all(ShardStream(shard_dir, 24, seed=1), workers=0)
     assert read_all(ShardStream(shard_dir, 24, seed=1), workers=2) == single
@@ -101,6 +138,27 @@ def test_resume_mid_epoch_with_two_workers_continues_exactly(shard_dir):
     assert (state["epoch"], state["position"]) == (1, 2 * 64)  # 15 full global batches of 64 per epoch
 
 
+def test_resume_mid_epoch_inside_an_example_range_continues_exactly(shard_dir):
+    example_range = (130, 870)  # both ends inside blocks, one in each shard
+
+    def stream() -> ShardStream:
+        return ShardStream(shard_dir, 32, rank=1, world_size=2, seed=5, epochs=None, example_range=example_range)
+
+    assert stream().batches_per_epoch == 740 // 64
+    steps = 2 * stream().batches_per_epoch + 3
+    uninterrupted = read_all(stream(), workers=2, limit=steps)
+    assert all(130 <= i < 870 for batch in uninterrupted for i in batch)
+    for stop in (5, 11, 13):  # mid-epoch, the last batch of an epoch, the next epoch
+        before = read_all(stream(), workers=2, limit=stop)
+        resumed = stream()
+        resumed.load_state_dict(stream().state_dict(stop))
+        assert before + read_all(resumed, workers=2, limit=steps - stop) == uninterrupted
+    state = stream().state_dict(13)
+    assert (state["epoch"], state["position"], state["example_range"]) == (1, 2 * 64, [130, 870])
+    with pytest.raises(ValueError, match="example_range"):
+        ShardStream(shard_dir, 32, seed=5, example_range=(100, 840)).load_state_dict(state)  # as many examples, others
+
+
 def test_resume_with_a_different_world_size_neither_repeats_nor_skips(shard_dir):
     consumed_batches = 5
     before = [read_all(ShardStream(shard_dir, 24, rank=r, world_size=2, seed=9), workers=2, limit=consumed_batches) for r in range(2)]
@@ -125,6 +183,14 @@ def test_resume_refuses_a_different_order(shard_dir):
         ShardStream(shard_dir, 16, seed=2).load_state_dict(state)
 
 
+def test_a_state_from_before_ranges_resumes_the_whole_manifest(shard_dir):
+    state = ShardStream(shard_dir, 16, seed=1).state_dict(3)
+    del state["example_range"]
+    ShardStream(shard_dir, 16, seed=1).load_state_dict(state)
+    with pytest.raises(ValueError, match="examples"):
+        ShardStream(shard_dir, 16, seed=1, example_range=(0, 900)).load_state_dict(state)
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     sizes=st.lists(st.integers(1, 90), min_size=1, max_size=4),
@@ -132,17 +198,20 @@ def test_resume_refuses_a_different_order(shard_dir):
     world=st.integers(1, 4),
     block_size=st.integers(1, 40),
     seed=st.integers(0, 2**32 - 1),
+    cuts=st.tuples(st.floats(0, 1), st.floats(0, 1)),
 )
-def test_property_ranks_partition_the_epoch(tmp_path_factory, sizes, batch_size, world, block_size, seed):
+def test_property_ranks_partition_the_epoch(tmp_path_factory, sizes, batch_size, world, block_size, seed, cuts):
     total = sum(sizes)
-    if total < batch_size * world:
+    lo, hi = sorted(round(cut * total) for cut in cuts)
+    if hi - lo < batch_size * world:
         return
     directory = write_shards(tmp_path_factory.mktemp("prop"), labelled_columns(total), sizes)
     seen = []
     for rank in range(world):
-        stream = ShardStream(directory, batch_size, rank=rank, world_size=world, seed=seed, block_size=block_size)
+        stream = ShardStream(directory, batch_size, rank=rank, world_size=world, seed=seed, block_size=block_size, example_range=(lo, hi))
         seen += [i for batch in read_all(stream, workers=0) for i in batch]
-    assert len(seen) == len(set(seen)) == total // (batch_size * world) * batch_size * world
+    assert len(seen) == len(set(seen)) == (hi - lo) // (batch_size * world) * batch_size * world
+    assert all(lo <= i < hi for i in seen)
 
 
 @settings(max_examples=25, deadline=None)

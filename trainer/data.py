@@ -42,6 +42,11 @@ Order, sharding and resume (the rules this module guarantees)
   the loop sees the same sequence for any num_workers. Any ranks x workers works with any number of
   shards; every example is read exactly once per epoch across all readers except the epoch's last
   N mod G examples (drop_last: ``dropped_per_epoch``), which are skipped that epoch only.
+* ``example_range=(lo, hi)`` restricts the stream to examples [lo, hi) of manifest order (shards in
+  manifest order, rows in file order) before anything else: the blocks are the unrestricted ones
+  clipped to the range (empty ones dropped), then shuffled, sharded and dropped-last as above with
+  N = hi - lo. Rows outside the range are never read. Shards are shuffled globally when written,
+  so a tail range is a uniform random sample: ``holdout_split`` cuts train / held-out that way.
 * The state is (seed, epoch, position = examples of the epoch's order already consumed), computed in
   O(1) from ``batches_consumed``; no data is replayed and nothing lives in /dev/shm or the workers.
   A resumed run starts at ``position`` with its own batch_size and world_size, so resuming with a
@@ -68,11 +73,36 @@ from shards.reader import Manifest, chunk_views, open_shard, read_manifest
 Batch = dict[str, torch.Tensor]
 
 
-def epoch_order(sizes: Sequence[int], seed: int, epoch: int, block_size: int, shuffle: bool = True) -> np.ndarray:
+def holdout_split(examples: int, holdout: int) -> dict[str, Any]:
+    """Training and held-out ranges of manifest order: the last h = min(holdout, N // 10) examples are held out.
+
+    The cap keeps 90% of a tiny corpus for training; h = 0 (holdout 0, or N < 10) holds nothing out.
+    Plain lists, so the split goes into state.json and eval.json as it is.
+    """
+    held = min(holdout, examples // 10)
+    return {"examples": examples, "train": [0, examples - held], "held_out": [examples - held, examples] if held else None}
+
+
+def shard_bounds(sizes: Sequence[int], example_range: tuple[int, int]) -> list[tuple[int, int]]:
+    """Each shard's rows [first, end) inside ``example_range`` of manifest order (first == end: none)."""
+    lo, hi = example_range
+    offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+    return [(int(np.clip(lo - offsets[s], 0, size)), int(np.clip(hi - offsets[s], 0, size))) for s, size in enumerate(sizes)]
+
+
+def epoch_order(
+    sizes: Sequence[int],
+    seed: int,
+    epoch: int,
+    block_size: int,
+    shuffle: bool = True,
+    bounds: Sequence[tuple[int, int]] | None = None,
+) -> np.ndarray:
     """The epoch's global order as blocks: int64 rows of (shard index, first example, end example).
 
     Shard order is drawn from (seed, epoch), block order within shard s from (seed, epoch, s), so the
-    order never depends on which process computes it.
+    order never depends on which process computes it. ``bounds`` (``shard_bounds``) clips the blocks
+    to a range after the draw, so a restricted stream keeps the full stream's order of what it keeps.
     """
     shard_order = np.random.default_rng([seed, epoch]).permutation(len(sizes)) if shuffle else np.arange(len(sizes))
     blocks = []
@@ -81,6 +111,10 @@ def epoch_order(sizes: Sequence[int], seed: int, epoch: int, block_size: int, sh
         if shuffle:
             starts = np.random.default_rng([seed, epoch, int(shard)]).permutation(starts)
         ends = np.minimum(starts + block_size, sizes[shard])
+        if bounds is not None:
+            first, end = bounds[shard]
+            starts, ends = np.maximum(starts, first), np.minimum(ends, end)
+            starts, ends = starts[starts < ends], ends[starts < ends]
         blocks.append(np.stack([np.full_like(starts, shard), starts, ends], axis=1))
     return np.concatenate(blocks) if blocks else np.empty((0, 3), dtype=np.int64)
 
@@ -121,6 +155,7 @@ class ShardStream(IterableDataset):
         block_size: int = 64,
         epochs: int | None = 1,
         columns: Sequence[str] | None = None,
+        example_range: tuple[int, int] | None = None,
     ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world of size {world_size}")
@@ -130,7 +165,12 @@ class ShardStream(IterableDataset):
         self.seed, self.shuffle, self.block_size, self.epochs = seed, shuffle, block_size, epochs
         self.columns = list(columns or self.manifest.arrow_schema().names)
         self.sizes = [entry.examples for entry in self.manifest.shards]
-        self.examples = sum(self.sizes)
+        lo, hi = example_range if example_range is not None else (0, sum(self.sizes))
+        if not 0 <= lo <= hi <= sum(self.sizes):
+            raise ValueError(f"{shard_dir}: example range [{lo}, {hi}) outside the manifest's {sum(self.sizes)} examples")
+        self.example_range = (int(lo), int(hi))
+        self.bounds = shard_bounds(self.sizes, self.example_range)
+        self.examples = self.example_range[1] - self.example_range[0]
         self.global_batch_size = batch_size * world_size
         if self.examples < self.global_batch_size:
             raise ValueError(f"{shard_dir}: {self.examples} examples, fewer than one global batch of {self.global_batch_size}")
@@ -157,14 +197,24 @@ class ShardStream(IterableDataset):
             "shuffle": self.shuffle,
             "block_size": self.block_size,
             "examples": self.examples,
+            "example_range": list(self.example_range),
             "epoch": epoch,
             "position": position,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for key in ("seed", "shuffle", "block_size", "examples"):
-            if state[key] != getattr(self, key):
-                raise ValueError(f"cannot resume: {key} was {state[key]!r}, this stream has {getattr(self, key)!r}")
+        ours = {
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "block_size": self.block_size,
+            "examples": self.examples,
+            "example_range": list(self.example_range),
+        }
+        theirs = {"example_range": [0, state["examples"]], **state}  # states before ranges covered the whole manifest
+        theirs["example_range"] = list(theirs["example_range"])
+        for key, value in ours.items():
+            if theirs[key] != value:
+                raise ValueError(f"cannot resume: {key} was {theirs[key]!r}, this stream has {value!r}")
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
     def _locate(self, batches_consumed: int) -> tuple[int, int]:
@@ -192,7 +242,7 @@ class ShardStream(IterableDataset):
             if index % workers != worker:
                 continue
             if epoch != order_epoch:
-                order = epoch_order(self.sizes, self.seed, epoch, self.block_size, self.shuffle)
+                order = epoch_order(self.sizes, self.seed, epoch, self.block_size, self.shuffle, self.bounds)
                 block_ends = np.cumsum(order[:, 2] - order[:, 1])
                 order_epoch = epoch
             yield self._read(order, block_ends, start, start + self.batch_size)
