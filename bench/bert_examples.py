@@ -69,6 +69,17 @@ def tokenizer_only(docs: list[tuple[str, list[str]]], vocab_dir: Path) -> float:
     return time.process_time() - start
 
 
+def peak_resident_mb() -> float:
+    """This process's peak RSS. VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork and exec, so a
+    child started by a parent holding 700 MB would report at least that."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def run_stage(books: int, dupe_factor: int) -> dict:
     docs = load_documents(books)
     megabytes = sum(len(s.encode("utf-8")) for _, sentences in docs for s in sentences) / 1e6
@@ -81,8 +92,7 @@ def run_stage(books: int, dupe_factor: int) -> dict:
         )
         seconds, wall = time.process_time() - start, time.perf_counter() - wall
         reference = tokenizer_only(docs, vocab_dir)
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"books": len(docs), "mb": megabytes, "seconds": seconds, "examples": manifest["totals"]["examples"], "tokenizer_seconds": reference, "wall": wall, "peak_mb": peak_mb}
+    return {"books": len(docs), "mb": megabytes, "seconds": seconds, "examples": manifest["totals"]["examples"], "tokenizer_seconds": reference, "wall": wall, "peak_mb": peak_resident_mb()}
 
 
 def main() -> None:
