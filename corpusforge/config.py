@@ -135,6 +135,7 @@ class TrainConfig(Section):
     dropout: float | None = None  # None: 0.1 for BERT (paper), 0.0 for GPT (nanoGPT)
     pre_ln: bool = False  # BERT: pre-LN encoder instead of the paper's post-LN (not exportable to HF)
     eval_batches: int = 100  # held-out evaluation at the end: at most this many batches per rank
+    holdout_examples: int = Field(1000, ge=0)  # without eval shards: the last min(this, N // 10) examples are held out; 0: none
     verify_shards: bool = True  # check every shard's size, sha256 and schema before training (shards.verify)
 
 

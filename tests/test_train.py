@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import math
 import shutil
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 import torch
 from apache_beam.options.pipeline_options import PipelineOptions
 from safetensors.torch import load_file
+from shard_factory import FIRST_WORD_ID, bert_tokenizer_json, gpt_tokenizer_json, random_bert_columns, random_gpt_columns, write_shards
 
 from corpora.books import read_book
 from corpusforge.config import BertConfig, GptConfig, ShardsConfig, TrainConfig
@@ -27,6 +29,7 @@ from pipeline.examples_stage import write_bert_shards, write_gpt_shards
 from pipeline.vocab import train_bpe, train_wordpiece
 from shards.reader import ShardError, column_view, open_shard, read_manifest
 from trainer.checkpoint import OPTIMIZER_NAME, WEIGHTS_NAME, checkpoint_dir, read_state
+from trainer.data import DataWaitTimer
 from trainer.loop import train
 from trainer.metrics import read_log
 
@@ -117,7 +120,7 @@ def test_resume_is_bit_identical(books, tmp_path):
     Dropout is on (0.1), gradients accumulate over 2 micro-batches and the loader has 2 workers, so
     reader position, step seeds, AdamW moments and the schedule must all round-trip exactly.
     """
-    cfg = TrainConfig(model="bert-tiny", steps=8, batch_size=8, global_batch_size=16, lr=1e-3, num_workers=2, log_every=4, checkpoint_every=4, verify_shards=False)
+    cfg = TrainConfig(model="bert-tiny", steps=8, batch_size=8, global_batch_size=16, lr=1e-3, num_workers=2, log_every=4, checkpoint_every=4, verify_shards=False, eval_batches=2)
     train(cfg, books["bert-train"], tmp_path / "straight", progress=False)
     train(cfg, books["bert-train"], tmp_path / "resumed", resume=checkpoint_dir(tmp_path / "straight", 4), progress=False)
 
@@ -135,6 +138,106 @@ def test_resume_is_bit_identical(books, tmp_path):
     log_a = read_log(tmp_path / "straight" / "metrics.jsonl")
     log_b = read_log(tmp_path / "resumed" / "metrics.jsonl")
     assert [r["step"] for r in log_b] == [8] and log_b[0]["loss"] == log_a[-1]["loss"]
+
+
+LABELLED = 300  # held out: min(holdout_examples, 300 // 10) = the last 30
+
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory, shared_data) -> dict[str, Path]:
+    """Random BERT and GPT examples whose second token is FIRST_WORD_ID + manifest index."""
+    vocab = shared_data / "vocab"
+    dirs = {}
+    for task in ("bert", "gpt"):
+        directory = tmp_path_factory.mktemp(f"labelled-{task}")
+        if task == "bert":
+            columns = random_bert_columns(LABELLED, max_seq_length=32, max_predictions=5, seed=4)
+            tokenizer = bert_tokenizer_json(vocab / "bert-base-uncased" / "vocab.txt", directory)
+        else:
+            columns = random_gpt_columns(LABELLED, seq_len=32, partial_last=False, seed=4)
+            tokenizer = gpt_tokenizer_json(vocab / "gpt2" / "vocab.json", vocab / "gpt2" / "merges.txt", directory)
+        columns["input_ids"][:, 1] = FIRST_WORD_ID + np.arange(LABELLED)
+        dirs[task] = write_shards(directory, columns, [170, 130], task=task, tokenizer_json=tokenizer, batch_rows=50)
+    return dirs
+
+
+def example_ids(batch: dict[str, torch.Tensor]) -> list[int]:
+    return (batch["input_ids"][:, 1].long() - FIRST_WORD_ID).tolist()
+
+
+def record_examples(monkeypatch) -> tuple[list[int], list[int]]:
+    """(training examples, every example the loop converted): spies on the real timer and converter.
+
+    Only training batches pass the loop's DataWaitTimer; evaluation also goes through to_model_inputs.
+    """
+    import trainer.loop
+
+    trained, converted = [], []
+    convert = trainer.loop.to_model_inputs
+
+    class RecordingTimer(DataWaitTimer):
+        def wrap(self, batches):
+            for batch in super().wrap(batches):
+                trained.extend(example_ids(batch))
+                yield batch
+
+    def recording_convert(batch, device, task):
+        converted.extend(example_ids(batch))
+        return convert(batch, device, task)
+
+    monkeypatch.setattr(trainer.loop, "DataWaitTimer", RecordingTimer)
+    monkeypatch.setattr(trainer.loop, "to_model_inputs", recording_convert)
+    return trained, converted
+
+
+def test_held_out_tail_is_evaluated_and_never_trained_on(labelled, tmp_path, monkeypatch):
+    trained, converted = record_examples(monkeypatch)
+    cfg = TrainConfig(model="bert-tiny", steps=24, batch_size=8, global_batch_size=16, num_workers=2, log_every=12, checkpoint_every=12)
+    results = train(cfg, labelled["bert"], tmp_path / "run", progress=False)
+
+    cut = LABELLED - 30
+    first_epoch = cut // 8 * 8
+    assert len(trained) == 24 * 16 > first_epoch  # into the second epoch
+    assert all(i < cut for i in trained) and len(set(trained[:first_epoch])) == first_epoch
+    assert converted[: len(trained)] == trained
+    assert converted[len(trained) :] == list(range(cut, cut + 24))  # 3 batches of 8 in file order, then drop_last
+    assert results["example_range"] == [cut, LABELLED] and results["examples"] == 24
+    assert results["shards"] == str(labelled["bert"].resolve())
+    assert results["perplexity"] == pytest.approx(math.exp(results["mlm_loss"])) and results["mlm_loss"] > 0
+    assert 0.0 <= results["mlm_accuracy"] <= 1.0 and 0.0 <= results["nsp_accuracy"] <= 1.0 and results["nsp_loss"] > 0
+    assert json.loads((tmp_path / "run" / "eval.json").read_text()) == results
+    state = read_state(checkpoint_dir(tmp_path / "run", 24))
+    assert state["split"] == {"examples": LABELLED, "train": [0, cut], "held_out": [cut, LABELLED]}
+    assert state["reader"]["example_range"] == [0, cut]
+
+    # a resume keeps the checkpoint's split even when the configuration now holds nothing out
+    trained.clear(), converted.clear()
+    resumed = train(cfg.model_copy(update={"holdout_examples": 0}), labelled["bert"], tmp_path / "resumed", resume=checkpoint_dir(tmp_path / "run", 12), progress=False)
+    assert all(i < cut for i in trained) and len(trained) == 12 * 16
+    assert read_state(checkpoint_dir(tmp_path / "resumed", 24))["reader"] == state["reader"]
+    assert resumed["example_range"] == [cut, LABELLED]
+
+
+def test_gpt_held_out_perplexity(labelled, tmp_path, monkeypatch):
+    trained, converted = record_examples(monkeypatch)
+    cfg = TrainConfig(task="gpt", model="gpt-tiny", steps=4, batch_size=8, num_workers=0, log_every=4, checkpoint_every=0, holdout_examples=16)
+    results = train(cfg, labelled["gpt"], tmp_path / "run", progress=False)
+    assert all(i < LABELLED - 16 for i in trained) and converted[len(trained) :] == list(range(LABELLED - 16, LABELLED))
+    assert {"loss", "accuracy", "perplexity"} <= results.keys() and results["example_range"] == [LABELLED - 16, LABELLED]
+    assert results["perplexity"] == pytest.approx(math.exp(results["loss"])) and results["examples"] == 16
+    assert json.loads((tmp_path / "run" / "eval.json").read_text()) == results
+
+
+def test_holdout_zero_trains_on_everything_and_says_there_is_no_evaluation(labelled, tmp_path, monkeypatch, caplog):
+    trained, _ = record_examples(monkeypatch)
+    cfg = TrainConfig(model="bert-tiny", steps=20, batch_size=16, num_workers=0, log_every=10, checkpoint_every=0, holdout_examples=0)
+    with caplog.at_level(logging.WARNING, logger="trainer.loop"):
+        assert train(cfg, labelled["bert"], tmp_path / "run", progress=False) == {}
+    assert "no held-out evaluation" in caplog.text
+    assert not (tmp_path / "run" / "eval.json").exists()
+    first_epoch = trained[: LABELLED // 16 * 16]
+    assert len(set(first_epoch)) == len(first_epoch) and max(first_epoch) >= LABELLED - 30  # the default held-out tail too
+    assert read_state(checkpoint_dir(tmp_path / "run", 20))["split"]["held_out"] is None
 
 
 def corrupt_copy(source: Path, target: Path, how: str) -> Path:

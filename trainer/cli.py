@@ -1,7 +1,6 @@
 """``train`` and ``export`` commands. Multi-GPU: ``torchrun --nproc-per-node 8 $(which corpusforge) train ...``."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -29,14 +28,15 @@ def train_command(
     global_batch_size: Annotated[Optional[int], typer.Option(help="examples per optimizer step (gradient accumulation)")] = None,
     lr: Annotated[Optional[float], typer.Option(help="peak learning rate (default: the family's recipe)")] = None,
     warmup_steps: Annotated[Optional[int], typer.Option(help="default: 1% of the steps")] = None,
-    eval_shards: Annotated[Optional[Path], typer.Option("--eval-shards", help="held-out shard directory evaluated at the end")] = None,
+    eval_shards: Annotated[Optional[Path], typer.Option("--eval-shards", help="held-out shard directory evaluated at the end (default: the last train.holdout_examples of --shards)")] = None,
+    holdout_examples: Annotated[Optional[int], typer.Option(help="without --eval-shards: hold out the last min(this, N // 10) examples; 0: none")] = None,
     resume: Annotated[Optional[Path], typer.Option(help="checkpoint directory, or a run directory (its newest checkpoint)")] = None,
     compile: Annotated[Optional[bool], typer.Option("--compile/--no-compile", help="torch.compile on CUDA")] = None,
     device: Annotated[Optional[str], typer.Option(help="cuda or cpu (default: cuda when available)")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", help="TOML configuration; its [train] section is the base")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="override a key, e.g. --set train.grad_clip=0.5")] = [],
 ) -> None:
-    """Pre-train a model; logs, checkpoints, curves.png and eval.json go to the run directory."""
+    """Pre-train a model; logs, checkpoints, curves.png and eval.json (held-out figures) go to the run directory."""
     from trainer.loop import train
     from trainer.sizes import get_size
 
@@ -50,17 +50,16 @@ def train_command(
             "lr": lr,
             "warmup_steps": warmup_steps,
             "compile": compile,
+            "holdout_examples": holdout_examples,
         }
         values = {**cfg.train.model_dump(), **{k: v for k, v in given.items() if v is not None}}
         train_cfg = TrainConfig.model_validate({**values, "task": get_size(values["model"]).family})
         run_dir = out or cfg.run.output_dir / "train" / train_cfg.model
-        results = train(train_cfg, shards, run_dir, eval_shards=eval_shards, resume=resume, device=device)
+        train(train_cfg, shards, run_dir, eval_shards=eval_shards, resume=resume, device=device)
     except ValidationError as error:
         fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()))
     except (ShardError, ValueError, FileNotFoundError) as error:
         fail(str(error))
-    if results:
-        typer.echo(json.dumps(results, indent=2))
     typer.echo(f"run written to {run_dir}")
 
 

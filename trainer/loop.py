@@ -4,12 +4,14 @@ One function, ``train``, reads top to bottom like nanoGPT's train.py. Under torc
 ``WORLD_SIZE`` set) it joins a process group (NCCL on GPU, gloo on CPU) and wraps the model in DDP;
 each rank reads its own disjoint slice of every global batch (``trainer.data.ShardStream``).
 Random state is a pure function of (seed, rank, optimizer step), so a resumed run is bit-identical
-on CPU to one that never stopped.
+on CPU to one that never stopped. Without separate eval shards the last examples of the training
+directory's manifest are held out (``data_split``) and evaluated at the end into eval.json.
 """
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import time
 import uuid
@@ -27,8 +29,8 @@ from tqdm import tqdm
 from corpusforge.config import TrainConfig
 from shards.reader import ShardError, read_manifest
 from shards.verify import verify
-from trainer.checkpoint import checkpoint_dir, load_checkpoint, resolve_checkpoint, save_checkpoint, unwrap
-from trainer.data import DataWaitTimer, ShardStream, to_model_inputs
+from trainer.checkpoint import checkpoint_dir, load_checkpoint, read_state, resolve_checkpoint, save_checkpoint, unwrap
+from trainer.data import DataWaitTimer, ShardStream, holdout_split, to_model_inputs
 from trainer.metrics import (
     MetricsLog,
     bert_counts,
@@ -39,6 +41,8 @@ from trainer.metrics import (
 )
 from trainer.models import build_model, count_params, gpt_inputs, model_config
 from trainer.optim import make_optimizer, make_scheduler, recipe
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -81,9 +85,27 @@ def check_shards(directories: list[Path], world: World, progress: bool) -> None:
         dist.barrier()
 
 
-def make_stream(cfg: TrainConfig, shards: Path, world: World) -> ShardStream:
-    """This rank's endless stream of micro-batches (the same one ``train`` consumes)."""
-    return ShardStream(shards, cfg.batch_size, rank=world.rank, world_size=world.size, seed=cfg.seed, epochs=None)
+def data_split(cfg: TrainConfig, shards: Path, eval_shards: Path | None, checkpoint: Path | None) -> dict[str, Any]:
+    """Which examples of ``shards`` train and which are held out (``trainer.data.holdout_split``).
+
+    A resumed run keeps its checkpoint's split whatever the configuration says now, so it neither
+    trains on what it held out nor evaluates on what it trained on. Separate eval shards hold nothing out.
+    """
+    examples = read_manifest(Path(shards)).examples
+    if checkpoint is None:
+        return holdout_split(examples, 0 if eval_shards is not None else cfg.holdout_examples)
+    split = read_state(checkpoint).get("split") or holdout_split(examples, 0)  # older checkpoints trained on all
+    if split["examples"] != examples:
+        raise ValueError(f"{checkpoint}: trained on {split['examples']} examples, {shards} holds {examples}")
+    return split
+
+
+def make_stream(cfg: TrainConfig, shards: Path, world: World, split: dict[str, Any] | None = None) -> ShardStream:
+    """This rank's endless stream of micro-batches over the split's training range (the one ``train`` consumes)."""
+    split = split or data_split(cfg, shards, None, None)
+    return ShardStream(
+        shards, cfg.batch_size, rank=world.rank, world_size=world.size, seed=cfg.seed, epochs=None, example_range=tuple(split["train"])
+    )
 
 
 def accumulation_steps(cfg: TrainConfig, world: World) -> int:
@@ -145,7 +167,11 @@ def train(
     device: str | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Train ``cfg.model`` on ``shards`` for ``cfg.steps`` optimizer steps; returns the final evaluation."""
+    """Train ``cfg.model`` on ``shards`` for ``cfg.steps`` optimizer steps; returns the final evaluation.
+
+    It runs on ``eval_shards`` when given, else on the examples ``data_split`` holds out of ``shards``
+    (none: no evaluation, {} returned); eval.json and every checkpoint's state.json record the split.
+    """
     world = init_world(device)
     run_dir = Path(run_dir)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -153,7 +179,12 @@ def train(
 
     if cfg.verify_shards:
         check_shards([Path(shards)] + ([Path(eval_shards)] if eval_shards is not None else []), world, progress)
-    stream = make_stream(cfg, shards, world)
+    ckpt = resolve_checkpoint(resume) if resume is not None else None
+    split = data_split(cfg, shards, eval_shards, ckpt)
+    held_out = split["held_out"] if eval_shards is None else None
+    if held_out is not None and held_out[1] - held_out[0] < world.size:
+        raise ValueError(f"{shards}: {held_out[1] - held_out[0]} held-out examples for {world.size} ranks; raise train.holdout_examples or set it to 0")
+    stream = make_stream(cfg, shards, world, split)
     manifest = stream.manifest
     task = manifest.task
     seq_len = sequence_length(manifest)
@@ -170,8 +201,7 @@ def train(
     optimizer = make_optimizer(model, r, world.device)
     scheduler = make_scheduler(optimizer, cfg.steps, r)
     start_step = 0
-    if resume is not None:
-        ckpt = resolve_checkpoint(resume)
+    if ckpt is not None:
         state = load_checkpoint(ckpt, model, optimizer, scheduler, world.device)
         if state["model_config"] != mcfg.to_dict():
             raise ValueError(f"{ckpt}: checkpoint model {state['model_config']} differs from {mcfg.to_dict()}")
@@ -207,6 +237,7 @@ def train(
         state = {
             "step": step,
             "reader": stream.state_dict(consumed),
+            "split": split,
             "model_config": mcfg.to_dict(),
             "train_config": cfg.model_dump(mode="json"),
             "task": task,
@@ -267,9 +298,13 @@ def train(
     results: dict[str, Any] = {}
     if eval_shards is not None:
         results = evaluate(unwrap(model), eval_shards, cfg, world, manifest.vocab.sha256)
-        log.log(cfg.steps, results, prefix="eval")
+    elif held_out is not None:
+        results = evaluate(unwrap(model), shards, cfg, world, manifest.vocab.sha256, tuple(held_out))
+    elif world.main:
+        logger.warning("no held-out evaluation: train.holdout_examples is 0 (or the corpus has under 10 examples) and no eval shards were given")
     if world.main:
-        if results:
+        if results:  # eval.json is the record; metrics.jsonl keeps the training curve only
+            tqdm.write(describe_eval(results))
             tmp = run_dir / f"eval.json.tmp-{uuid.uuid4().hex}"
             tmp.write_text(json.dumps(results, indent=2), encoding="utf-8")
             os.replace(tmp, run_dir / "eval.json")
@@ -280,13 +315,24 @@ def train(
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, shards: Path, cfg: TrainConfig, world: World, vocab_sha256: str) -> dict[str, float]:
-    """Held-out loss and accuracy (perplexity = exp of the token-level loss) over a separate shard directory."""
+def evaluate(
+    model: nn.Module,
+    shards: Path,
+    cfg: TrainConfig,
+    world: World,
+    vocab_sha256: str,
+    example_range: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    """Held-out loss and accuracy (perplexity = exp of the token-level loss) over ``example_range`` of
+    a shard directory (default: all of it), in file order, at most ``cfg.eval_batches`` batches per rank."""
     held_out = read_manifest(Path(shards))
     if held_out.vocab.sha256 != vocab_sha256:
         raise ValueError(f"{shards}: held-out shards use another vocabulary than the training shards")
-    batch_size = min(cfg.batch_size, held_out.examples // world.size)
-    stream = ShardStream(shards, batch_size, rank=world.rank, world_size=world.size, seed=cfg.seed, shuffle=False, epochs=1)
+    lo, hi = example_range or (0, held_out.examples)
+    batch_size = min(cfg.batch_size, (hi - lo) // world.size)
+    stream = ShardStream(
+        shards, batch_size, rank=world.rank, world_size=world.size, seed=cfg.seed, shuffle=False, epochs=1, example_range=(lo, hi)
+    )
     task = stream.task
     autocast = (
         torch.autocast("cuda", dtype=torch.bfloat16) if world.device.type == "cuda" else contextlib.nullcontext()
@@ -307,4 +353,12 @@ def evaluate(model: nn.Module, shards: Path, cfg: TrainConfig, world: World, voc
     results = summarize(task, sums)
     results["perplexity"] = float(np.exp(results["mlm_loss" if task == "bert" else "loss"]))
     results["examples"] = int(sums[len(loss_keys(task))].item()) * batch_size
+    results.update(shards=str(Path(shards).resolve()), example_range=[lo, hi])
     return results
+
+
+def describe_eval(results: dict[str, Any]) -> str:
+    """One line for the console: the figures, then which examples they come from."""
+    figures = ", ".join(f"{key} {value:.4g}" for key, value in results.items() if isinstance(value, float))
+    lo, hi = results["example_range"]
+    return f"eval: {figures} on {results['examples']} examples of [{lo}, {hi}) in {results['shards']}"
