@@ -1,7 +1,7 @@
 """Beam stages that turn documents into globally shuffled BERT / GPT shards.
 
-BERT: documents -> sentences -> token ids (one ``encode_batch_fast`` per ~1 MB of text, once per
-document, before the dupe fan-out) -> for each dupe index ``d`` a random partner bucket
+BERT: documents -> sentences -> token ids (``pipeline.sentence_tokens`` over ~1 MB of text at a
+time, once per document, before the dupe fan-out) -> for each dupe index ``d`` a random partner bucket
 (``pipeline.bert_examples`` explains why this draws random-next segments from the whole corpus)
 -> GroupByKey -> examples of a bucket as numpy columns.
 GPT: documents -> token ids -> hash bucket -> GroupByKey -> windows of one token stream per bucket.
@@ -89,7 +89,10 @@ def corpus_size(paths: Sequence[Path], text_column: str) -> tuple[int, int]:
 
 
 class TokenizeBatch(beam.DoFn):
-    """A batch of (doc id, sentences) -> (DOC, TokenizedDocument)..., (COUNTERS, dict): one ``encode_batch_fast``."""
+    """A batch of (doc id, sentences) -> (DOC, TokenizedDocument)..., (COUNTERS, dict).
+
+    The tokenizer and its ``SentenceEncoder`` (and word cache) are built once per DoFn instance.
+    """
 
     def __init__(self, vocab_dir: Path) -> None:
         self._vocab_dir = str(vocab_dir)
