@@ -3,8 +3,7 @@
 Both sides read the same memory-mapped Arrow IPC shards (BERT, seq 128, 20 predictions) written by
 tests/shard_factory.py into a temporary directory. The reference is the standard recipe: a map-style
 ``datasets.Dataset`` in torch format, shuffled, batched by DataLoader's default per-example collate.
-``datasets.Dataset.from_file`` only reads the IPC *stream* flavour, so the reference wraps the very
-same memory-mapped IPC files in a ``datasets.Dataset`` (what from_file does for a stream).
+The reference opens each shard with ``datasets.Dataset.from_file`` (memory-mapped) and concatenates them.
 
     .venv/bin/python bench/loader.py                      # 200k examples, 0/1/2 workers
     .venv/bin/python bench/loader.py --examples 50000 --workers 0 2
@@ -20,8 +19,6 @@ from pathlib import Path
 
 import datasets
 import numpy as np
-import pyarrow as pa
-from datasets.table import InMemoryTable
 from torch.utils.data import DataLoader
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,8 +41,8 @@ def make_shards(directory: Path, examples: int, shards: int) -> Path:
 
 def reference_dataset(directory: Path) -> datasets.Dataset:
     manifest = read_manifest(directory)
-    tables = [pa.ipc.open_file(pa.memory_map(str(manifest.shard_path(e)))).read_all() for e in manifest.shards]
-    return datasets.Dataset(InMemoryTable(pa.concat_tables(tables))).with_format("torch")
+    parts = [datasets.Dataset.from_file(str(manifest.shard_path(e))) for e in manifest.shards]
+    return datasets.concatenate_datasets(parts).with_format("torch")
 
 
 def examples_per_second(loader: DataLoader, batch_size: int, max_batches: int) -> float:
