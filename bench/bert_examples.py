@@ -85,7 +85,7 @@ def run_stage(books: int, dupe_factor: int) -> dict:
     megabytes = sum(len(s.encode("utf-8")) for _, sentences in docs for s in sentences) / 1e6
     with tempfile.TemporaryDirectory() as tmp:
         vocab_dir = bert_vocab(Path(tmp))
-        options = PipelineOptions(runner="DirectRunner", direct_running_mode="in_memory")
+        options = PipelineOptions([], runner="DirectRunner", direct_running_mode="in_memory")
         start, wall = time.process_time(), time.perf_counter()
         manifest = write_bert_shards_from_sentences(
             options, docs, vocab_dir, Path(tmp) / "shards", BertConfig(dupe_factor=dupe_factor), ShardsConfig(), seed=12345

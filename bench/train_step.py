@@ -148,7 +148,7 @@ def books_shards(directory: Path) -> Path:
     vocab.mkdir()
     (vocab / "vocab.txt").write_bytes((SHARED / "vocab" / "bert-base-uncased" / "vocab.txt").read_bytes())
     BertWordPieceTokenizer(str(vocab / "vocab.txt"), lowercase=True).save(str(vocab / "tokenizer.json"))
-    options = PipelineOptions(runner="DirectRunner", direct_running_mode="in_memory")
+    options = PipelineOptions([], runner="DirectRunner", direct_running_mode="in_memory")
     write_bert_shards(options, [directory / "docs.parquet"], vocab, directory / "shards", BertConfig(dupe_factor=1), ShardsConfig(), seed=0)
     return directory / "shards"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from corpora.document import Document, Reject, make_id
+from corpora.document import Document, Reject
 from corpusforge.config import BooksConfig, CleanConfig, WikipediaConfig
 from pipeline.documents_io import PART_PATTERN, documents_table, part_of, rejects_table, write_table_atomic
 
@@ -197,8 +197,3 @@ class WriteParts(beam.PTransform):
             | "GroupParts" >> beam.GroupByKey()
             | "WriteParquet" >> beam.ParDo(_WriteParts(self.directory, parts, self.kind))
         )
-
-
-def reject_for_error(source: str, key: str, error: Exception) -> Reject:
-    """A one-line reject for a whole input that could not be opened."""
-    return Reject(make_id(source, key), source, "read_error", f"{type(error).__name__}: {error}".splitlines()[0], key)

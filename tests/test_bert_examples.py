@@ -235,10 +235,10 @@ def test_beam_stage_writes_identical_shards_on_every_runner(parquet_documents, v
     shards = ShardsConfig(max_examples=700, sort_bucket_bytes=256 * 1024)
     runs = {}
     for mode, workers in (("in_memory", 1), ("multi_processing", 2)):
-        options = PipelineOptions(runner="DirectRunner", direct_running_mode=mode, direct_num_workers=workers)
+        options = PipelineOptions([], runner="DirectRunner", direct_running_mode=mode, direct_num_workers=workers)
         runs[mode] = write_bert_shards(options, parquet_documents, vocab_dir, tmp_path / mode, bert, shards, seed=5)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as cluster, Client(cluster):
-        options = PipelineOptions(["--runner=apache_beam.runners.dask.dask_runner.DaskRunner", f"--dask_client_address={cluster.scheduler_address}"])
+        options = PipelineOptions(["--runner=pipeline.dask_runner.DaskRunner", f"--dask_client_address={cluster.scheduler_address}"])
         runs["dask"] = write_bert_shards(options, parquet_documents, vocab_dir, tmp_path / "dask", bert, shards, seed=5)
     one = runs["in_memory"]
     for other in (runs["multi_processing"], runs["dask"]):

@@ -57,7 +57,7 @@ def books(tmp_path_factory, shared_data) -> dict[str, Path]:
         pq.write_table(documents_table(docs), out / f"{split}.parquet")
         texts += [doc.text for doc in docs] if split == "train" else []
     vocab = {"bert": train_wordpiece(texts, out / "wordpiece", VOCAB), "gpt": train_bpe(texts, out / "bpe", VOCAB)}
-    options = PipelineOptions(runner="DirectRunner", direct_running_mode="in_memory")
+    options = PipelineOptions([], runner="DirectRunner", direct_running_mode="in_memory")
     dirs = {}
     for split in ("train", "held_out"):
         docs = [out / f"{split}.parquet"]
