@@ -11,6 +11,7 @@ import re
 import unicodedata
 
 import ftfy
+import ftfy.badness
 
 # Mojibake and encoding repairs only: curly quotes and dashes are the author's, not accidents.
 _FTFY = ftfy.TextFixerConfig(uncurl_quotes=False, explain=False)
@@ -19,12 +20,32 @@ _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 # characters that only break words apart: soft hyphen, zero-width space, word joiner, BOM.
 _INVISIBLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u200b\u2060\ufeff]")
 _NON_WORD = re.compile(r"[\W_]+")
+_MAX_REPAIRS = 8  # nested mojibake layers; real text settles after one or two
 
 
 def normalize_text(text: str, fix_unicode: bool = True) -> str:
-    """Repair encoding errors, drop control characters, one space inside paragraphs, ``\\n\\n`` between."""
-    if fix_unicode:
-        text = ftfy.fix_text(text, _FTFY)
+    """Repair encoding errors, drop control characters, one space inside paragraphs, ``\\n\\n`` between.
+
+    One repair can expose another (``"Â\\n0"`` looks like mojibake only once the line break is a space,
+    ``"Â ÂÂœ"`` has two layers), so repair + layout repeat until the text is stable: normalising
+    normalised text changes nothing.
+    """
+    if not fix_unicode:
+        return _layout(text)
+    for _ in range(_MAX_REPAIRS):
+        repaired = _layout(ftfy.fix_text(text, _FTFY))
+        if repaired == text or not _may_change_again(repaired):
+            return repaired
+        text = repaired
+    return text
+
+
+def _may_change_again(text: str) -> bool:
+    """ftfy's other fixes are idempotent; only mojibake and HTML entities can reappear after a pass."""
+    return "&" in text or ftfy.badness.is_bad(text)
+
+
+def _layout(text: str) -> str:
     text = _INVISIBLE.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
     paragraphs = (" ".join(block.split()) for block in _PARAGRAPH_BREAK.split(text))
     return "\n\n".join(p for p in paragraphs if p)
