@@ -7,12 +7,13 @@ time, once per document, before the dupe fan-out) -> for each dupe index ``d`` a
 GPT: documents -> token ids -> hash bucket -> GroupByKey -> windows of one token stream per bucket.
 
 Both then shuffle globally (``shards.writer``): every example gets a 64-bit key from
-``(seed, doc id, dupe, example index)`` (GPT: ``(seed, bucket, window index)``), pieces travel as
-small Arrow batches to range buckets, each bucket is sorted and written as a temporary Arrow file,
-and the launching process cuts the global order into balanced shards and writes the manifest.
+``(seed, doc id, dupe, example index)`` (GPT: ``(seed, bucket, window index)``), the step that makes
+examples writes them straight to spill files, one per (range bucket, producer), and only counters
+travel on through Beam; the launching process sorts one range bucket at a time, cuts the global
+order into balanced shards and writes the manifest. So peak memory is set by the bucket and shard
+sizes (``ShardsConfig``), not by the corpus.
 
-Elements are whole documents, buckets and Arrow batches, never single examples, so Beam overhead
-stays small. All randomness is keyed by stable ids, so DirectRunner (any mode, any worker count)
+Elements are whole documents and buckets, never single examples, so Beam overhead stays small. All randomness is keyed by stable ids, so DirectRunner (any mode, any worker count)
 and DaskRunner write byte-identical shards. Workers must share the filesystem of ``out_dir``.
 """
 from __future__ import annotations
@@ -38,11 +39,11 @@ from pipeline.gpt_examples import cut_windows
 from pipeline.sentence_tokens import SentenceEncoder
 from pipeline.vocab import EOT, load_tokenizer, vocab_manifest
 from shards.format import FORMAT_VERSION, bert_schema, gpt_schema, id_type
-from shards.writer import iter_sorted_buckets, keyed_schema, range_buckets, record_batch, row_bytes, write_shards, write_sort_bucket
+from shards.writer import iter_sorted_buckets, row_bytes, spill_pieces, spilled_rows, write_shards
 
 # Multi-output steps emit (kind, value) pairs split by ``_only``: the DaskRunner mixes tagged outputs
 # and drops what ``finish_bundle`` emits, so neither is used here.
-DOC, PIECE, COUNTERS = "doc", "piece", "counters"
+DOC, COUNTERS = "doc", "counters"
 TOKENIZE_BATCH_CHARS = 1_000_000  # text per encode_batch_fast call
 
 
@@ -116,64 +117,44 @@ def partner_buckets(doc: TokenizedDocument, n_docs: int, bert: BertConfig, seed:
         yield (dupe, stable_hash(seed, dupe, doc.id) % buckets), doc
 
 
-def _keyed_pieces(origin: str, keys: np.ndarray, columns: dict[str, np.ndarray], schema: pa.Schema, buckets: int) -> Iterator[tuple[int, tuple[str, pa.RecordBatch]]]:
-    """Split examples by global-order range bucket into small keyed Arrow batches."""
-    batch = record_batch(keyed_schema(schema), {"key": keys, **columns})
-    owner = range_buckets(keys, buckets)
-    order = np.argsort(owner, kind="stable")
-    bounds = np.flatnonzero(np.diff(owner[order])) + 1
-    for rows in np.split(order, bounds):
-        if len(rows):
-            yield int(owner[rows[0]]), (origin, batch.take(pa.array(rows)))
-
-
 class MakeBertExamples(beam.DoFn):
-    def __init__(self, vocab_dir: Path, bert: BertConfig, sort_buckets: int, seed: int) -> None:
-        self._vocab_dir, self._bert, self._sort_buckets, self._seed = str(vocab_dir), bert, sort_buckets, seed
+    """(dupe, partner bucket) -> its examples spilled to ``spill_dir``; yields only the counters."""
+
+    def __init__(self, vocab_dir: Path, bert: BertConfig, spill_dir: Path, sort_buckets: int, seed: int) -> None:
+        self._vocab_dir, self._bert, self._spill_dir, self._sort_buckets, self._seed = str(vocab_dir), bert, str(spill_dir), sort_buckets, seed
 
     def setup(self) -> None:
         self._vocab = MaskingVocab.from_tokenizer(load_tokenizer(Path(self._vocab_dir)))
         self._schema = bert_schema(self._bert.max_seq_length, self._bert.max_predictions_per_seq, self._vocab.size)
 
-    def process(self, element: tuple[tuple[int, int], Iterable[TokenizedDocument]]) -> Iterator:
+    def process(self, element: tuple[tuple[int, int], Iterable[TokenizedDocument]]) -> Iterator[dict]:
         (dupe, bucket), docs = element
         docs = sorted(docs, key=lambda d: d.id)
         examples, counters = create_bucket_examples(docs, dupe, self._vocab, self._bert, self._seed)
-        yield COUNTERS, dict(counters)
-        if not len(examples):
-            return
-        keys = example_keys([stable_hash(self._seed, "order", doc.id, dupe) for doc in docs], examples.a_doc)
-        for piece in _keyed_pieces(f"{dupe}/{bucket}", keys, examples.columns(), self._schema, self._sort_buckets):
-            yield PIECE, piece
+        if len(examples):
+            keys = example_keys([stable_hash(self._seed, "order", doc.id, dupe) for doc in docs], examples.a_doc)
+            spill_pieces(Path(self._spill_dir), f"{dupe}-{bucket}", keys, examples.columns(), self._schema, self._sort_buckets)
+        yield dict(counters)
 
 
 class MakeGptWindows(beam.DoFn):
-    def __init__(self, vocab_dir: Path, gpt: GptConfig, sort_buckets: int, seed: int) -> None:
-        self._vocab_dir, self._gpt, self._sort_buckets, self._seed = str(vocab_dir), gpt, sort_buckets, seed
+    """Stream bucket -> its windows spilled to ``spill_dir``; yields only the counters."""
+
+    def __init__(self, vocab_dir: Path, gpt: GptConfig, spill_dir: Path, sort_buckets: int, seed: int) -> None:
+        self._vocab_dir, self._gpt, self._spill_dir, self._sort_buckets, self._seed = str(vocab_dir), gpt, str(spill_dir), sort_buckets, seed
 
     def setup(self) -> None:
         tokenizer = load_tokenizer(Path(self._vocab_dir))
         self._eot = tokenizer.token_to_id(EOT)
         self._schema = gpt_schema(self._gpt.seq_len, tokenizer.get_vocab_size(with_added_tokens=True))
 
-    def process(self, element: tuple[int, Iterable[TokenizedDocument]]) -> Iterator:
+    def process(self, element: tuple[int, Iterable[TokenizedDocument]]) -> Iterator[dict]:
         bucket, docs = element
         windows, counters = cut_windows([(d.id, d.tokens) for d in docs], self._eot, self._gpt.seq_len, self._gpt.keep_tail, self._seed)
-        yield COUNTERS, dict(counters)
-        if not len(windows):
-            return
-        keys = example_keys([stable_hash(self._seed, "gpt-order", bucket)], np.zeros(len(windows), dtype=np.int64))
-        for piece in _keyed_pieces(f"{bucket}", keys, windows.columns(), self._schema, self._sort_buckets):
-            yield PIECE, piece
-
-
-class WriteSortBucket(beam.DoFn):
-    def __init__(self, directory: Path) -> None:
-        self._directory = str(directory)
-
-    def process(self, element: tuple[int, Iterable[tuple[str, pa.RecordBatch]]]) -> Iterator[dict]:
-        bucket, pieces = element
-        yield {"sorted_examples": write_sort_bucket(Path(self._directory) / f"bucket-{bucket:08d}.arrow", pieces), "sort_buckets": 1}
+        if len(windows):
+            keys = example_keys([stable_hash(self._seed, "gpt-order", bucket)], np.zeros(len(windows), dtype=np.int64))
+            spill_pieces(Path(self._spill_dir), f"{bucket}", keys, windows.columns(), self._schema, self._sort_buckets)
+        yield dict(counters)
 
 
 def merge_counters(parts: Iterable[dict]) -> dict:
@@ -202,15 +183,13 @@ def _tokenize(batches: beam.PCollection, vocab_dir: Path) -> tuple[beam.PCollect
     return tokenized | "TokenizedDocs" >> beam.FlatMap(_only, DOC), tokenized | "TokenizeCounters" >> beam.FlatMap(_only, COUNTERS)
 
 
-def _finish_graph(made: beam.PCollection, tokenize_counters: beam.PCollection, temp: Path) -> None:
-    """Sort buckets written, then all counters merged into one file: the graph's single sink.
+def _finish_graph(example_counters: beam.PCollection, tokenize_counters: beam.PCollection, temp: Path) -> None:
+    """All counters merged into one file: the graph's single sink, reached only once every example is spilled.
 
     One sink because the DaskRunner computes only the last step of a graph (and what it depends on).
     """
-    pieces = made | "Pieces" >> beam.FlatMap(_only, PIECE)
-    written = pieces | "ByRange" >> beam.GroupByKey() | "WriteSortBuckets" >> beam.ParDo(WriteSortBucket(temp))
     _ = (
-        [tokenize_counters, made | "ExampleCounters" >> beam.FlatMap(_only, COUNTERS), written]
+        [tokenize_counters, example_counters]
         | "AllCounters" >> beam.Flatten()
         | "OneKey" >> beam.Map(_one_key)
         | "Gather" >> beam.GroupByKey()
@@ -226,7 +205,7 @@ def _run(
     manifest: dict,
     shards: ShardsConfig,
 ) -> dict:
-    """Run the Beam graph writing sort buckets into a temporary folder, then cut the shards here."""
+    """Run the Beam graph spilling examples into a temporary folder, then sort and cut the shards here."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     temp = out_dir / f".sort-{uuid.uuid4().hex}"
@@ -236,14 +215,13 @@ def _run(
             graph(p, temp)
         counts_file = temp / "counters.json"  # absent only when no batch came in (an empty corpus)
         counters = json.loads(counts_file.read_text(encoding="utf-8")) if counts_file.is_file() else {}
-        buckets = sorted(temp.glob("bucket-*.arrow"))
-        examples = sum(_row_count(path) for path in buckets)
+        examples = spilled_rows(temp)
         announced = counters.get("examples", counters.get("full_windows", 0) + counters.get("tail_windows", 0))
-        if not examples == announced == counters.get("sorted_examples", 0):
-            raise RuntimeError(f"sort buckets hold {examples} examples, the example stage made {announced}")
+        if examples != announced:
+            raise RuntimeError(f"spill files hold {examples} examples, the example stage made {announced}")
         manifest["totals"] = counters
         return write_shards(
-            iter_sorted_buckets(buckets),
+            iter_sorted_buckets(temp),
             examples,
             schema,
             out_dir,
@@ -254,10 +232,6 @@ def _run(
         )
     finally:
         shutil.rmtree(temp, ignore_errors=True)
-
-
-def _row_count(path: Path) -> int:
-    return sum(batch.num_rows for batch in pa.ipc.open_stream(pa.memory_map(str(path), "r")))
 
 
 def _read_parquet(p: beam.Pipeline, paths: Sequence[Path], columns: tuple[str, str], label: str) -> beam.PCollection:
@@ -313,13 +287,13 @@ def _bert_graph(
 
     def graph(p: beam.Pipeline, temp: Path) -> None:
         docs, tokenize_counters = _tokenize(sentences(p, temp), vocab_dir)
-        made = (
+        example_counters = (
             docs
             | "PartnerBuckets" >> beam.FlatMap(partner_buckets, n_docs, bert, seed)
             | "ByPartnerBucket" >> beam.GroupByKey()
-            | "Examples" >> beam.ParDo(MakeBertExamples(vocab_dir, bert, sort_buckets, seed))
+            | "Examples" >> beam.ParDo(MakeBertExamples(vocab_dir, bert, temp, sort_buckets, seed))
         )
-        _finish_graph(made, tokenize_counters, temp)
+        _finish_graph(example_counters, tokenize_counters, temp)
 
     return graph
 
@@ -385,12 +359,12 @@ def write_gpt_shards(
     def graph(p: beam.Pipeline, temp: Path) -> None:
         texts = _read_parquet(p, doc_paths, ("id", "text"), "Documents") | "OneText" >> beam.Map(lambda batch: [(doc_id, [text]) for doc_id, text in batch])
         docs, tokenize_counters = _tokenize(texts, vocab_dir)
-        made = (
+        example_counters = (
             docs
             | "StreamBuckets" >> beam.Map(gpt_bucket, n_docs, gpt, seed)
             | "ByStream" >> beam.GroupByKey()
-            | "Windows" >> beam.ParDo(MakeGptWindows(vocab_dir, gpt, sort_buckets, seed))
+            | "Windows" >> beam.ParDo(MakeGptWindows(vocab_dir, gpt, temp, sort_buckets, seed))
         )
-        _finish_graph(made, tokenize_counters, temp)
+        _finish_graph(example_counters, tokenize_counters, temp)
 
     return _run(pipeline_options, graph, out_dir, schema, manifest, shards)

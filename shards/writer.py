@@ -1,11 +1,14 @@
 """Write globally shuffled, balanced Arrow IPC stream shards and their manifest (layout in ``shards.format``).
 
-The global shuffle scales by range partitioning: every example carries a random 64-bit key, bucket
-``b = key * B >> 64`` holds an ordered range of the global order, each bucket is sorted by key and
-written as a temporary Arrow stream (``write_sort_bucket``, run inside Beam workers), and a final pass
-in the launching process (``write_shards``) streams the bucket files in order through memory maps
+The global shuffle scales by range partitioning with spill files, as external shuffles do: every
+example carries a random 64-bit key, bucket ``b = key * B >> 64`` holds an ordered range of the
+global order, and whoever makes examples writes each bucket's share straight to disk
+(``spill_pieces``, run inside Beam workers) instead of sending it through the runner's shuffle,
+which the in-memory runner would hold in memory several times over. A final pass in the launching
+process (``iter_sorted_buckets`` into ``write_shards``) sorts one bucket at a time from memory maps
 and cuts the global order into S shards whose example counts differ by at most one. Memory is
-bounded by one shard (each shard is one record batch, so readers get contiguous columns).
+bounded by one bucket plus one shard (each shard is one record batch, so readers get contiguous
+columns), whatever the corpus size.
 
 Every file is written under a temporary name and renamed into place; the manifest is removed
 before and written after all shards, so a directory without ``manifest.json`` is never complete.
@@ -79,24 +82,42 @@ def range_buckets(keys: np.ndarray, num_buckets: int) -> np.ndarray:
     return ((keys.astype(np.uint64) >> np.uint64(32)) * np.uint64(num_buckets)) >> np.uint64(32)
 
 
-def write_sort_bucket(path: Path, pieces: Iterable[tuple[str, pa.RecordBatch]]) -> int:
-    """Sort one bucket's keyed pieces by key and write them as one Arrow stream; returns the row count.
+def spill_pieces(directory: Path, origin: str, keys: np.ndarray, columns: dict[str, np.ndarray], schema: pa.Schema, num_buckets: int) -> None:
+    """Write the examples of one producer as ``directory/bucket-<b>/<origin>.arrow``, one file per range bucket.
 
-    Pieces are first ordered by their origin name, so equal keys (vanishingly rare) still sort the
-    same way whatever order the runner delivered the pieces in.
+    A file's name depends only on its bucket and ``origin`` (a stable name of the producer), so a
+    retried bundle replaces its own files, atomically, rather than adding copies.
     """
-    batches = [batch for _, batch in sorted(pieces, key=lambda piece: piece[0])]
-    table = pa.Table.from_batches(batches)
-    order = np.argsort(table.column(KEY).to_numpy(), kind="stable")
-    _write_ipc(Path(path), table.take(pa.array(order)))
-    return table.num_rows
+    batch = record_batch(keyed_schema(schema), {KEY: keys, **columns})
+    owner = range_buckets(keys, num_buckets)
+    order = np.argsort(owner, kind="stable")
+    for rows in np.split(order, np.flatnonzero(np.diff(owner[order])) + 1):
+        if len(rows):
+            folder = Path(directory) / f"bucket-{int(owner[rows[0]]):08d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            _write_ipc(folder / f"{origin}.arrow", pa.Table.from_batches([batch.take(pa.array(rows))]))
 
 
-def iter_sorted_buckets(paths: Sequence[Path]) -> Iterator[pa.RecordBatch]:
-    """The global order: bucket files in bucket order, memory-mapped, without the key column."""
-    for path in paths:
-        for batch in pa.ipc.open_stream(pa.memory_map(str(path), "r")):
-            yield batch.drop_columns([KEY])
+def _spill_buckets(directory: Path) -> Iterator[list[Path]]:
+    """Each non-empty bucket's spill files, buckets in key order (names are zero-padded), files in origin-name
+    order: equal keys (vanishingly rare) then always tie the same way."""
+    for folder in sorted(Path(directory).glob("bucket-*")):
+        paths = sorted(folder.glob("*.arrow"))
+        if paths:
+            yield paths
+
+
+def iter_sorted_buckets(directory: Path) -> Iterator[pa.RecordBatch]:
+    """The global order: bucket by bucket, its spill files memory-mapped and sorted by key, without the key column."""
+    for paths in _spill_buckets(directory):
+        table = pa.concat_tables(pa.ipc.open_stream(pa.memory_map(str(path), "r")).read_all() for path in paths)
+        order = np.argsort(table.column(KEY).to_numpy(), kind="stable")
+        yield from table.drop_columns([KEY]).take(pa.array(order)).to_batches()
+
+
+def spilled_rows(directory: Path) -> int:
+    """Examples in all spill files, from the batch headers (memory-mapped: the columns are not read)."""
+    return sum(batch.num_rows for paths in _spill_buckets(directory) for path in paths for batch in pa.ipc.open_stream(pa.memory_map(str(path), "r")))
 
 
 def row_bytes(schema: pa.Schema) -> int:

@@ -14,13 +14,13 @@ from shards.reader import open_shard, read_manifest
 from shards.writer import (
     file_sha256,
     iter_sorted_buckets,
-    keyed_schema,
     plan_shard_sizes,
     range_buckets,
     record_batch,
     row_bytes,
+    spill_pieces,
+    spilled_rows,
     write_shards,
-    write_sort_bucket,
 )
 
 SEQ_LEN = 15
@@ -120,31 +120,27 @@ def test_announced_count_must_match(tmp_path):
     assert not (tmp_path / MANIFEST_NAME).exists()
 
 
-def test_sort_buckets_give_one_global_order_whatever_the_piece_order(tmp_path):
-    rng = np.random.default_rng(0)
+@pytest.mark.parametrize("buckets", [1, 4, 37])
+def test_spill_files_give_one_global_order_whatever_the_producer_order(tmp_path, buckets):
+    rng = np.random.default_rng(buckets)
     keys = rng.integers(0, 2**64, 2000, dtype=np.uint64)
+    keys[1000] = keys[10]  # a tie between two producers: broken by producer name, not by arrival
     columns = windows(2000)
-    owner = range_buckets(keys, 4)
-    pieces = {b: [] for b in range(4)}
-    for start in range(0, 2000, 250):  # eight producers, each spreading its examples over the buckets
-        rows = np.arange(start, start + 250)
-        for b in range(4):
-            mine = rows[owner[rows] == b]
-            batch = record_batch(keyed_schema(SCHEMA), {"key": keys[mine], **{k: v[mine] for k, v in columns.items()}})
-            pieces[b].append((f"producer-{start}", batch))
     outputs = {}
     for name, order in (("forward", 1), ("backward", -1)):
-        paths = []
-        for b in range(4):
-            path = tmp_path / f"{name}-{b}.arrow"
-            assert write_sort_bucket(path, pieces[b][::order]) == int((owner == b).sum())
-            paths.append(path)
-        outputs[name] = pa.Table.from_batches(list(iter_sorted_buckets(paths)))
+        for start in range(0, 2000, 250)[::order]:  # eight producers, each spreading its examples over the buckets
+            rows = slice(start, start + 250)
+            spill_pieces(tmp_path / name, f"producer-{start:04d}", keys[rows], {k: v[rows] for k, v in columns.items()}, SCHEMA, buckets)
+        spill_pieces(tmp_path / name, "producer-0000", keys[:250], {k: v[:250] for k, v in columns.items()}, SCHEMA, buckets)  # a retry
+        assert spilled_rows(tmp_path / name) == 2000
+        assert len(list((tmp_path / name).glob("bucket-*"))) == len(np.unique(range_buckets(keys, buckets)))
+        outputs[name] = pa.Table.from_batches(list(iter_sorted_buckets(tmp_path / name)))
     assert outputs["forward"].equals(outputs["backward"])
     assert outputs["forward"].column_names == SCHEMA.names
     expected = np.argsort(keys, kind="stable")
     got = outputs["forward"].column("input_ids").combine_chunks().flatten().to_numpy()[:: SEQ_LEN + 1]
     np.testing.assert_array_equal(got, expected)
+    assert not list(tmp_path.rglob("*.tmp-*"))
 
 
 def test_manifest_is_valid_json_with_the_format_layout(tmp_path):
