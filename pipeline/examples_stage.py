@@ -1,17 +1,19 @@
 """Beam stages that turn documents into globally shuffled BERT / GPT shards.
 
 BERT: documents -> sentences -> token ids (``pipeline.sentence_tokens`` over ~1 MB of text at a
-time, once per document, before the dupe fan-out) -> for each dupe index ``d`` a random partner bucket
+time, once per document, before the dupe fan-out, written to a spill file; only (id, file, row)
+references travel on) -> for each dupe index ``d`` a random partner bucket
 (``pipeline.bert_examples`` explains why this draws random-next segments from the whole corpus)
 -> GroupByKey -> examples of a bucket as numpy columns.
-GPT: documents -> token ids -> hash bucket -> GroupByKey -> windows of one token stream per bucket.
+GPT: documents -> token ids (spilled likewise) -> hash bucket -> GroupByKey -> windows of one token stream per bucket.
 
 Both then shuffle globally (``shards.writer``): every example gets a 64-bit key from
 ``(seed, doc id, dupe, example index)`` (GPT: ``(seed, bucket, window index)``), the step that makes
 examples writes them straight to spill files, one per (range bucket, producer), and only counters
 travel on through Beam; the launching process sorts one range bucket at a time, cuts the global
-order into balanced shards and writes the manifest. So peak memory is set by the bucket and shard
-sizes (``ShardsConfig``), not by the corpus.
+order into balanced shards and writes the manifest. Nothing corpus-sized passes through the runner,
+which the in-memory DirectRunner would buffer whole, so peak memory is set by the partner bucket,
+sort bucket and shard sizes (``BertConfig``, ``ShardsConfig``), not by the corpus.
 
 Elements are whole documents and buckets, never single examples, so Beam overhead stays small. All randomness is keyed by stable ids, so DirectRunner (any mode, any worker count)
 and DaskRunner write byte-identical shards. Workers must share the filesystem of ``out_dir``.
@@ -23,7 +25,7 @@ import math
 import shutil
 import tempfile
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -39,12 +41,15 @@ from pipeline.gpt_examples import cut_windows
 from pipeline.sentence_tokens import SentenceEncoder
 from pipeline.vocab import EOT, load_tokenizer, vocab_manifest
 from shards.format import FORMAT_VERSION, bert_schema, gpt_schema, id_type
-from shards.writer import iter_sorted_buckets, row_bytes, spill_pieces, spilled_rows, write_shards
+from shards.writer import iter_sorted_buckets, row_bytes, spill_pieces, spilled_rows, write_ipc, write_shards
 
 # Multi-output steps emit (kind, value) pairs split by ``_only``: the DaskRunner mixes tagged outputs
 # and drops what ``finish_bundle`` emits, so neither is used here.
 DOC, COUNTERS = "doc", "counters"
 TOKENIZE_BATCH_CHARS = 1_000_000  # text per encode_batch_fast call
+READ_ROWS = 256  # Parquet rows decoded into Python at a time
+DocRef = tuple[str, str, int]  # (doc id, spill file name, row): what travels through the document shuffles
+DOCS_DIR, EXAMPLES_DIR = "docs", "examples"  # spill folders inside the run's temporary folder
 
 
 def mix64(values: np.ndarray) -> np.ndarray:
@@ -89,14 +94,48 @@ def corpus_size(paths: Sequence[Path], text_column: str) -> tuple[int, int]:
     return rows, text_bytes
 
 
+def spill_documents(directory: Path, docs: Sequence[TokenizedDocument]) -> list[DocRef]:
+    """Write a batch's tokenized documents once, as one Arrow file; return a reference per document.
+
+    Only the references then go through the shuffles (a BERT document goes to ``dupe_factor``
+    buckets), so the runner never holds token arrays. The file is named by its documents' ids, so
+    a retried bundle replaces its own file rather than adding one.
+    """
+    name = f"docs-{stable_hash(len(docs), *(doc.id for doc in docs)):016x}.arrow"
+    table = pa.table({"tokens": _list_array([doc.tokens for doc in docs]), "offsets": _list_array([doc.offsets for doc in docs])})
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    write_ipc(Path(directory) / name, table)
+    return [(doc.id, name, row) for row, doc in enumerate(docs)]
+
+
+def _list_array(parts: Sequence[np.ndarray]) -> pa.LargeListArray:
+    bounds = np.concatenate([[0], np.cumsum([len(part) for part in parts])]).astype(np.int64)
+    return pa.LargeListArray.from_arrays(pa.array(bounds), pa.array(np.concatenate(parts)))
+
+
+def load_documents(directory: Path, refs: Iterable[DocRef]) -> list[TokenizedDocument]:
+    """The documents behind ``refs``, their arrays zero-copy views of the memory-mapped spill files."""
+    rows_by_file: defaultdict[str, list[tuple[str, int]]] = defaultdict(list)
+    for doc_id, name, row in refs:
+        rows_by_file[name].append((doc_id, row))
+    docs = []
+    for name, rows in sorted(rows_by_file.items()):
+        batch = pa.ipc.open_stream(pa.memory_map(str(Path(directory) / name), "r")).read_next_batch()
+        tokens, token_bounds = batch.column("tokens").values.to_numpy(), batch.column("tokens").offsets.to_numpy()
+        offsets, offset_bounds = batch.column("offsets").values.to_numpy(), batch.column("offsets").offsets.to_numpy()
+        for doc_id, row in rows:
+            docs.append(TokenizedDocument(doc_id, tokens[token_bounds[row] : token_bounds[row + 1]], offsets[offset_bounds[row] : offset_bounds[row + 1]]))
+    return docs
+
+
 class TokenizeBatch(beam.DoFn):
-    """A batch of (doc id, sentences) -> (DOC, TokenizedDocument)..., (COUNTERS, dict).
+    """A batch of (doc id, sentences) -> (DOC, DocRef)..., (COUNTERS, dict); the tokens go to ``spill_dir``.
 
     The tokenizer and its ``SentenceEncoder`` (and word cache) are built once per DoFn instance.
     """
 
-    def __init__(self, vocab_dir: Path) -> None:
-        self._vocab_dir = str(vocab_dir)
+    def __init__(self, vocab_dir: Path, spill_dir: Path) -> None:
+        self._vocab_dir, self._spill_dir = str(vocab_dir), str(spill_dir)
 
     def setup(self) -> None:
         tokenizer = load_tokenizer(Path(self._vocab_dir))
@@ -105,55 +144,57 @@ class TokenizeBatch(beam.DoFn):
 
     def process(self, batch: list[tuple[str, list[str]]]) -> Iterator[tuple[str, object]]:
         docs, counters = tokenize_documents(self._encoder, batch)
-        for doc in docs:
-            yield DOC, doc
+        if docs:
+            for ref in spill_documents(Path(self._spill_dir), docs):
+                yield DOC, ref
         yield COUNTERS, dict(counters)
 
 
-def partner_buckets(doc: TokenizedDocument, n_docs: int, bert: BertConfig, seed: int) -> Iterator[tuple[tuple[int, int], TokenizedDocument]]:
-    """One copy of the document per dupe index, each in a bucket drawn afresh from the whole corpus."""
+def partner_buckets(doc: DocRef, n_docs: int, bert: BertConfig, seed: int) -> Iterator[tuple[tuple[int, int], DocRef]]:
+    """One reference to the document per dupe index, each in a bucket drawn afresh from the whole corpus."""
     buckets = max(1, n_docs // bert.partner_bucket_size)  # n_docs counts input rows, empty documents included
     for dupe in range(bert.dupe_factor):
-        yield (dupe, stable_hash(seed, dupe, doc.id) % buckets), doc
+        yield (dupe, stable_hash(seed, dupe, doc[0]) % buckets), doc
 
 
 class MakeBertExamples(beam.DoFn):
-    """(dupe, partner bucket) -> its examples spilled to ``spill_dir``; yields only the counters."""
+    """(dupe, partner bucket) -> its examples spilled to ``temp/examples``; yields only the counters."""
 
-    def __init__(self, vocab_dir: Path, bert: BertConfig, spill_dir: Path, sort_buckets: int, seed: int) -> None:
-        self._vocab_dir, self._bert, self._spill_dir, self._sort_buckets, self._seed = str(vocab_dir), bert, str(spill_dir), sort_buckets, seed
+    def __init__(self, vocab_dir: Path, bert: BertConfig, temp: Path, sort_buckets: int, seed: int) -> None:
+        self._vocab_dir, self._bert, self._temp, self._sort_buckets, self._seed = str(vocab_dir), bert, str(temp), sort_buckets, seed
 
     def setup(self) -> None:
         self._vocab = MaskingVocab.from_tokenizer(load_tokenizer(Path(self._vocab_dir)))
         self._schema = bert_schema(self._bert.max_seq_length, self._bert.max_predictions_per_seq, self._vocab.size)
 
-    def process(self, element: tuple[tuple[int, int], Iterable[TokenizedDocument]]) -> Iterator[dict]:
-        (dupe, bucket), docs = element
-        docs = sorted(docs, key=lambda d: d.id)
+    def process(self, element: tuple[tuple[int, int], Iterable[DocRef]]) -> Iterator[dict]:
+        (dupe, bucket), refs = element
+        docs = sorted(load_documents(Path(self._temp) / DOCS_DIR, refs), key=lambda d: d.id)
         examples, counters = create_bucket_examples(docs, dupe, self._vocab, self._bert, self._seed)
         if len(examples):
             keys = example_keys([stable_hash(self._seed, "order", doc.id, dupe) for doc in docs], examples.a_doc)
-            spill_pieces(Path(self._spill_dir), f"{dupe}-{bucket}", keys, examples.columns(), self._schema, self._sort_buckets)
+            spill_pieces(Path(self._temp) / EXAMPLES_DIR, f"{dupe}-{bucket}", keys, examples.columns(), self._schema, self._sort_buckets)
         yield dict(counters)
 
 
 class MakeGptWindows(beam.DoFn):
-    """Stream bucket -> its windows spilled to ``spill_dir``; yields only the counters."""
+    """Stream bucket -> its windows spilled to ``temp/examples``; yields only the counters."""
 
-    def __init__(self, vocab_dir: Path, gpt: GptConfig, spill_dir: Path, sort_buckets: int, seed: int) -> None:
-        self._vocab_dir, self._gpt, self._spill_dir, self._sort_buckets, self._seed = str(vocab_dir), gpt, str(spill_dir), sort_buckets, seed
+    def __init__(self, vocab_dir: Path, gpt: GptConfig, temp: Path, sort_buckets: int, seed: int) -> None:
+        self._vocab_dir, self._gpt, self._temp, self._sort_buckets, self._seed = str(vocab_dir), gpt, str(temp), sort_buckets, seed
 
     def setup(self) -> None:
         tokenizer = load_tokenizer(Path(self._vocab_dir))
         self._eot = tokenizer.token_to_id(EOT)
         self._schema = gpt_schema(self._gpt.seq_len, tokenizer.get_vocab_size(with_added_tokens=True))
 
-    def process(self, element: tuple[int, Iterable[TokenizedDocument]]) -> Iterator[dict]:
-        bucket, docs = element
+    def process(self, element: tuple[int, Iterable[DocRef]]) -> Iterator[dict]:
+        bucket, refs = element
+        docs = load_documents(Path(self._temp) / DOCS_DIR, refs)
         windows, counters = cut_windows([(d.id, d.tokens) for d in docs], self._eot, self._gpt.seq_len, self._gpt.keep_tail, self._seed)
         if len(windows):
             keys = example_keys([stable_hash(self._seed, "gpt-order", bucket)], np.zeros(len(windows), dtype=np.int64))
-            spill_pieces(Path(self._spill_dir), f"{bucket}", keys, windows.columns(), self._schema, self._sort_buckets)
+            spill_pieces(Path(self._temp) / EXAMPLES_DIR, f"{bucket}", keys, windows.columns(), self._schema, self._sort_buckets)
         yield dict(counters)
 
 
@@ -178,8 +219,8 @@ def _only(element: tuple[str, object], kind: str) -> Iterator[object]:
         yield element[1]
 
 
-def _tokenize(batches: beam.PCollection, vocab_dir: Path) -> tuple[beam.PCollection, beam.PCollection]:
-    tokenized = batches | "Tokenize" >> beam.ParDo(TokenizeBatch(vocab_dir))
+def _tokenize(batches: beam.PCollection, vocab_dir: Path, temp: Path) -> tuple[beam.PCollection, beam.PCollection]:
+    tokenized = batches | "Tokenize" >> beam.ParDo(TokenizeBatch(vocab_dir, temp / DOCS_DIR))
     return tokenized | "TokenizedDocs" >> beam.FlatMap(_only, DOC), tokenized | "TokenizeCounters" >> beam.FlatMap(_only, COUNTERS)
 
 
@@ -215,13 +256,13 @@ def _run(
             graph(p, temp)
         counts_file = temp / "counters.json"  # absent only when no batch came in (an empty corpus)
         counters = json.loads(counts_file.read_text(encoding="utf-8")) if counts_file.is_file() else {}
-        examples = spilled_rows(temp)
+        examples = spilled_rows(temp / EXAMPLES_DIR)
         announced = counters.get("examples", counters.get("full_windows", 0) + counters.get("tail_windows", 0))
         if examples != announced:
             raise RuntimeError(f"spill files hold {examples} examples, the example stage made {announced}")
         manifest["totals"] = counters
         return write_shards(
-            iter_sorted_buckets(temp),
+            iter_sorted_buckets(temp / EXAMPLES_DIR),
             examples,
             schema,
             out_dir,
@@ -245,18 +286,23 @@ def _read_parquet(p: beam.Pipeline, paths: Sequence[Path], columns: tuple[str, s
 
 
 def _read_row_group(part: tuple[str, int], columns: tuple[str, str]) -> Iterator[list[tuple]]:
+    """Decoded ``READ_ROWS`` at a time, so a large row group never sits in memory as Python strings."""
     path, group = part
-    table = pq.ParquetFile(path).read_row_group(group, columns=list(columns))
     batch: list[tuple] = []
     chars = 0
-    for row in zip(*(table.column(name).to_pylist() for name in columns)):
-        batch.append(row)
-        chars += len(row[1]) if isinstance(row[1], str) else sum(map(len, row[1]))
-        if chars >= TOKENIZE_BATCH_CHARS:
-            yield batch
-            batch, chars = [], 0
+    for rows in pq.ParquetFile(path).iter_batches(batch_size=READ_ROWS, row_groups=[group], columns=list(columns)):
+        for row in zip(*(rows.column(name).to_pylist() for name in columns)):
+            batch.append(row)
+            chars += _chars(row[1])
+            if chars >= TOKENIZE_BATCH_CHARS:
+                yield batch
+                batch, chars = [], 0
     if batch:
         yield batch
+
+
+def _chars(text: str | list[str]) -> int:
+    return len(text) if isinstance(text, str) else sum(map(len, text))
 
 
 def _split_into_sentences(batch: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
@@ -286,7 +332,7 @@ def _bert_graph(
     sort_buckets = sort_bucket_count(examples, row_bytes(schema), shards)
 
     def graph(p: beam.Pipeline, temp: Path) -> None:
-        docs, tokenize_counters = _tokenize(sentences(p, temp), vocab_dir)
+        docs, tokenize_counters = _tokenize(sentences(p, temp), vocab_dir, temp)
         example_counters = (
             docs
             | "PartnerBuckets" >> beam.FlatMap(partner_buckets, n_docs, bert, seed)
@@ -313,20 +359,24 @@ def write_bert_shards(
 
 def write_bert_shards_from_sentences(
     pipeline_options: PipelineOptions,
-    docs: Sequence[tuple[str, list[str]]],
+    docs: Iterable[tuple[str, list[str]]],
     vocab_dir: Path,
     out_dir: Path,
     bert: BertConfig,
     shards: ShardsConfig,
     seed: int,
 ) -> dict:
-    """BERT shards from documents already split into sentences (benchmarks, tests, custom splitters)."""
+    """BERT shards from documents already split into sentences (benchmarks, tests, custom splitters).
+
+    ``docs`` may be a generator: it is consumed once, into a Parquet file, one row group per
+    ``TOKENIZE_BATCH_CHARS`` of text (one Beam task each).
+    """
     schema, manifest = _bert_manifest(vocab_dir, bert, shards, seed, [])
 
     with tempfile.TemporaryDirectory() as scratch:
         # Through a file rather than beam.Create, which would pickle (and bz2) the corpus into the graph.
         path = Path(scratch) / "sentences.parquet"
-        pq.write_table(pa.table({"id": [d[0] for d in docs], "sentences": [list(d[1]) for d in docs]}), path)
+        _write_sentences(docs, path)
 
         def sentences(p: beam.Pipeline, temp: Path) -> beam.PCollection:
             return _read_parquet(p, [path], ("id", "sentences"), "Sentences")
@@ -335,8 +385,27 @@ def write_bert_shards_from_sentences(
         return _run(pipeline_options, graph, out_dir, schema, manifest, shards)
 
 
-def gpt_bucket(doc: TokenizedDocument, n_docs: int, gpt: GptConfig, seed: int) -> tuple[int, TokenizedDocument]:
-    return stable_hash(seed, "gpt", doc.id) % max(1, n_docs // gpt.docs_per_bucket), doc
+def _write_sentences(docs: Iterable[tuple[str, list[str]]], path: Path) -> None:
+    schema = pa.schema([("id", pa.string()), ("sentences", pa.list_(pa.string()))])
+    with pq.ParquetWriter(path, schema) as writer:
+        group: list[tuple[str, list[str]]] = []
+        chars = 0
+        for doc_id, sentences in docs:
+            group.append((doc_id, list(sentences)))
+            chars += _chars(group[-1][1])
+            if chars >= TOKENIZE_BATCH_CHARS:
+                writer.write_table(_sentences_table(group, schema))
+                group, chars = [], 0
+        if group:
+            writer.write_table(_sentences_table(group, schema))
+
+
+def _sentences_table(group: list[tuple[str, list[str]]], schema: pa.Schema) -> pa.Table:
+    return pa.table({"id": [doc_id for doc_id, _ in group], "sentences": [sentences for _, sentences in group]}, schema=schema)
+
+
+def gpt_bucket(doc: DocRef, n_docs: int, gpt: GptConfig, seed: int) -> tuple[int, DocRef]:
+    return stable_hash(seed, "gpt", doc[0]) % max(1, n_docs // gpt.docs_per_bucket), doc
 
 
 def write_gpt_shards(
@@ -358,7 +427,7 @@ def write_gpt_shards(
 
     def graph(p: beam.Pipeline, temp: Path) -> None:
         texts = _read_parquet(p, doc_paths, ("id", "text"), "Documents") | "OneText" >> beam.Map(lambda batch: [(doc_id, [text]) for doc_id, text in batch])
-        docs, tokenize_counters = _tokenize(texts, vocab_dir)
+        docs, tokenize_counters = _tokenize(texts, vocab_dir, temp)
         example_counters = (
             docs
             | "StreamBuckets" >> beam.Map(gpt_bucket, n_docs, gpt, seed)

@@ -43,7 +43,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     os.replace(temp, path)
 
 
-def _write_ipc(path: Path, table: pa.Table, compression: str | None = None) -> None:
+def write_ipc(path: Path, table: pa.Table, compression: str | None = None) -> None:
     """One Arrow IPC stream, one record batch, written under a temporary name then renamed.
 
     The stream flavour because it is the one ``datasets.Dataset.from_file`` reads; memory-mapped,
@@ -95,7 +95,7 @@ def spill_pieces(directory: Path, origin: str, keys: np.ndarray, columns: dict[s
         if len(rows):
             folder = Path(directory) / f"bucket-{int(owner[rows[0]]):08d}"
             folder.mkdir(parents=True, exist_ok=True)
-            _write_ipc(folder / f"{origin}.arrow", pa.Table.from_batches([batch.take(pa.array(rows))]))
+            write_ipc(folder / f"{origin}.arrow", pa.Table.from_batches([batch.take(pa.array(rows))]))
 
 
 def _spill_buckets(directory: Path) -> Iterator[list[Path]]:
@@ -172,7 +172,7 @@ def write_shards(
         for index, size in enumerate(sizes):
             table = pa.Table.from_batches(next(pending), schema=schema) if size else schema.empty_table()
             path = out_dir / SHARD_PATTERN.format(index=index, count=len(sizes))
-            _write_ipc(path, table, codec)
+            write_ipc(path, table, codec)
             entries.append(
                 {
                     "file": path.name,
