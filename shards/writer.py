@@ -8,7 +8,7 @@ which the in-memory runner would hold in memory several times over. A final pass
 process (``iter_sorted_buckets`` into ``write_shards``) sorts one bucket at a time from memory maps
 and cuts the global order into S shards whose example counts differ by at most one. Memory is
 bounded by one bucket plus one shard (each shard is one record batch, so readers get contiguous
-columns), whatever the corpus size.
+columns) plus one spill file, whatever the corpus size.
 
 Every file is written under a temporary name and renamed into place; the manifest is removed
 before and written after all shards, so a directory without ``manifest.json`` is never complete.
@@ -108,11 +108,44 @@ def _spill_buckets(directory: Path) -> Iterator[list[Path]]:
 
 
 def iter_sorted_buckets(directory: Path) -> Iterator[pa.RecordBatch]:
-    """The global order: bucket by bucket, its spill files memory-mapped and sorted by key, without the key column."""
+    """The global order: one record batch per bucket, sorted by key, without the key column.
+
+    Each spill file is memory-mapped in turn and its rows scattered straight to their sorted
+    places, so a bucket costs one copy of itself plus one spill file.
+    """
     for paths in _spill_buckets(directory):
-        table = pa.concat_tables(pa.ipc.open_stream(pa.memory_map(str(path), "r")).read_all() for path in paths)
-        order = np.argsort(table.column(KEY).to_numpy(), kind="stable")
-        yield from table.drop_columns([KEY]).take(pa.array(order)).to_batches()
+        keys = np.concatenate([_open_spill(path).column(KEY).to_numpy() for path in paths])
+        destination = np.empty(len(keys), dtype=np.int64)
+        destination[np.argsort(keys, kind="stable")] = np.arange(len(keys))
+        schema = _open_spill(paths[0]).schema.remove(0)
+        columns = {field.name: np.empty((len(keys), *_row_shape(field.type)), dtype=_value_type(field.type).to_pandas_dtype()) for field in schema}
+        start = 0
+        for path in paths:
+            batch = _open_spill(path)
+            rows = destination[start : start + batch.num_rows]
+            for name, column in columns.items():
+                column[rows] = _column_view(batch.column(name))
+            start += batch.num_rows
+        yield record_batch(schema, columns)
+
+
+def _open_spill(path: Path) -> pa.RecordBatch:
+    return pa.ipc.open_stream(pa.memory_map(str(path), "r")).read_next_batch()
+
+
+def _row_shape(kind: pa.DataType) -> tuple[int, ...]:
+    return (kind.list_size,) if pa.types.is_fixed_size_list(kind) else ()
+
+
+def _value_type(kind: pa.DataType) -> pa.DataType:
+    return kind.value_type if pa.types.is_fixed_size_list(kind) else kind
+
+
+def _column_view(array: pa.Array) -> np.ndarray:
+    """A fixed-size column as numpy, zero-copy (2-D for fixed-size lists)."""
+    if pa.types.is_fixed_size_list(array.type):
+        return array.flatten().to_numpy().reshape(len(array), array.type.list_size)
+    return array.to_numpy()
 
 
 def spilled_rows(directory: Path) -> int:
@@ -167,10 +200,10 @@ def write_shards(
     sizes = plan_shard_sizes(num_examples, row_bytes(schema), target_bytes, max_examples)
     codec = None if compression == "none" else compression
     entries = []
-    pending = _rechunk(batches, sizes)
+    pending = _fill_shards(batches, sizes, schema)
     with tqdm(total=num_examples, unit="ex", desc="shards", disable=None) as progress:
         for index, size in enumerate(sizes):
-            table = pa.Table.from_batches(next(pending), schema=schema) if size else schema.empty_table()
+            table = pa.Table.from_batches([next(pending)]) if size else schema.empty_table()
             path = out_dir / SHARD_PATTERN.format(index=index, count=len(sizes))
             write_ipc(path, table, codec)
             entries.append(
@@ -183,6 +216,7 @@ def write_shards(
                 }
             )
             progress.update(table.num_rows)
+            del table  # before the next shard is filled: one shard in memory at a time
     if next(pending, None) is not None:
         raise ValueError(f"more than the announced {num_examples} examples")
     manifest = dict(manifest, shards=entries)
@@ -191,27 +225,35 @@ def write_shards(
     return manifest
 
 
-def _rechunk(batches: Iterable[pa.RecordBatch], sizes: Sequence[int]) -> Iterator[list[pa.RecordBatch]]:
-    """Slices of the stream grouped into lists holding exactly ``sizes[i]`` rows (zero sizes skipped)."""
+def _fill_shards(batches: Iterable[pa.RecordBatch], sizes: Sequence[int], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """One record batch of exactly ``sizes[i]`` rows per non-empty shard, then any rows left over.
+
+    Each shard's columns are allocated once and filled in place, so an input batch is freed as soon
+    as it is copied: a shard costs one copy of itself, not its pieces plus their concatenation.
+    Always a fresh copy, never a slice of an input batch: the IPC writer records a slice's buffer
+    lengths padded, so shard bytes would depend on how the input happened to be batched.
+    """
     stream = iter(batches)
     current: pa.RecordBatch | None = None
     for size in sizes:
         if size == 0:
             continue
-        group, need = [], size
-        while need:
+        columns = {field.name: np.empty((size, *_row_shape(field.type)), dtype=_value_type(field.type).to_pandas_dtype()) for field in schema}
+        filled = 0
+        while filled < size:
             if current is None or current.num_rows == 0:
                 current = next(stream, None)
                 if current is None:
-                    raise ValueError(f"fewer examples than announced (short by {need} in a shard of {size})")
-                continue
-            take = min(need, current.num_rows)
-            group.append(current.slice(0, take))
-            current, need = current.slice(take), need - take
-        yield group
+                    raise ValueError(f"fewer examples than announced (short by {size - filled} in a shard of {size})")
+            take = min(size - filled, current.num_rows)
+            part = current.slice(0, take)
+            for name, column in columns.items():
+                column[filled : filled + take] = _column_view(part.column(name))
+            current, filled = current.slice(take), filled + take
+        yield record_batch(schema, columns)
     for rest in [current, *stream]:
         if rest is not None and rest.num_rows:
-            yield [rest]
+            yield rest
 
 
 def file_sha256(path: Path) -> str:

@@ -84,6 +84,15 @@ def test_write_shards_balances_checksums_and_reads_back(tmp_path):
     assert not list(tmp_path.glob("*.tmp-*"))
 
 
+def test_shard_bytes_do_not_depend_on_how_the_input_is_batched(tmp_path):
+    """Shards inside one input batch are written from zero-copy slices, the others from filled copies."""
+    digests = {}
+    for size in (1003, 600, 100, 7):
+        manifest = write_shards(batches(1003, size), 1003, SCHEMA, tmp_path / str(size), BASE_MANIFEST, target_bytes=10**9, max_examples=250)
+        digests[size] = [s["sha256"] for s in manifest["shards"]]
+    assert len(digests[1003]) == 5 and all(d == digests[1003] for d in digests.values())
+
+
 def test_target_bytes_sets_the_shard_count(tmp_path):
     manifest = write_shards(batches(1000, 64), 1000, SCHEMA, tmp_path, BASE_MANIFEST, target_bytes=row_bytes(SCHEMA) * 300)
     assert [s["examples"] for s in manifest["shards"]] == [250, 250, 250, 250]
