@@ -17,7 +17,7 @@ from corpora.wikipedia import plan_ranges, read_range
 from corpusforge.config import BertConfig, ShardsConfig
 from pipeline.bert_examples import MaskingVocab, TokenizedDocument, create_bucket_examples, tokenize_documents, truncate_seq_pairs
 from pipeline.documents_io import documents_table, write_table_atomic
-from pipeline.examples_stage import write_bert_shards
+from pipeline.examples_stage import load_documents, spill_documents, write_bert_shards
 from pipeline.sentence_tokens import SentenceEncoder
 from pipeline.vocab import load_tokenizer
 from shards.reader import open_shard, read_manifest
@@ -218,6 +218,25 @@ def test_closed_form_truncation_equals_the_reference_loop(pairs, limit):
     assert [tuple(map(int, c)) for c in zip(cut_a, cut_b)] == [reference_truncation(x, y, limit) for x, y in pairs]
 
 
+@given(st.lists(st.lists(st.integers(0, 65535), min_size=1, max_size=40), min_size=1, max_size=12), st.randoms())
+@settings(max_examples=50, deadline=None)
+def test_spilled_documents_load_back_whatever_the_reference_order(tmp_path_factory, token_lists, random):
+    directory = tmp_path_factory.mktemp("spill")
+    docs = []
+    for i, tokens in enumerate(token_lists):
+        cuts = sorted(random.sample(range(1, len(tokens)), random.randint(0, len(tokens) - 1)))  # sentence boundaries
+        docs.append(TokenizedDocument(f"doc-{i}", np.asarray(tokens, dtype=np.uint16), np.asarray([0, *cuts, len(tokens)], dtype=np.int64)))
+    refs = spill_documents(directory, docs)
+    assert spill_documents(directory, docs) == refs  # a retried bundle rewrites the same file
+    random.shuffle(refs)
+    loaded = {doc.id: doc for doc in load_documents(directory, refs)}
+    assert len(list(directory.iterdir())) == 1 and len(loaded) == len(docs)
+    for doc in docs:
+        np.testing.assert_array_equal(loaded[doc.id].tokens, doc.tokens)
+        np.testing.assert_array_equal(loaded[doc.id].offsets, doc.offsets)
+        assert loaded[doc.id].tokens.dtype == np.uint16 and loaded[doc.id].offsets.dtype == np.int64
+
+
 @pytest.fixture(scope="module")
 def parquet_documents(shared_data, tmp_path_factory) -> list[Path]:
     docs = book_documents(shared_data, ["41-0.txt", "46-0.txt"]) + wiki_documents(shared_data, 30)
@@ -240,6 +259,7 @@ def test_beam_stage_writes_identical_shards_on_every_runner(parquet_documents, v
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as cluster, Client(cluster):
         options = PipelineOptions(["--runner=pipeline.dask_runner.DaskRunner", f"--dask_client_address={cluster.scheduler_address}"])
         runs["dask"] = write_bert_shards(options, parquet_documents, vocab_dir, tmp_path / "dask", bert, shards, seed=5)
+    assert not list(tmp_path.glob("*/.sort-*"))  # spill folders removed
     one = runs["in_memory"]
     for other in (runs["multi_processing"], runs["dask"]):
         assert [s["sha256"] for s in one["shards"]] == [s["sha256"] for s in other["shards"]]

@@ -79,6 +79,7 @@ def test_beam_stage_accounts_for_every_token(book_parquet, bpe_dir, tmp_path, ke
     gpt = GptConfig(seq_len=128, keep_tail=keep_tail, docs_per_bucket=2)  # 4 documents: 2 streams, 2 tails
     options = PipelineOptions([], runner="DirectRunner", direct_running_mode="in_memory")
     manifest = write_gpt_shards(options, book_parquet, bpe_dir, tmp_path, gpt, ShardsConfig(max_examples=400, sort_bucket_bytes=64 * 1024), seed=3)
+    assert not list(tmp_path.glob(".sort-*"))  # spill folders removed
     totals = manifest["totals"]
     assert totals["documents"] == 4
     assert totals["stream_tokens"] == totals["input_tokens"] + totals["documents"]  # one <|endoftext|> per document
