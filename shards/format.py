@@ -21,11 +21,18 @@ GPT columns (T = seq_len + 1):
 """
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 SHARD_PATTERN = "shard-{index:05d}-of-{count:05d}.arrow"
+
+
+def numpy_dtype(kind: pa.DataType) -> np.dtype:
+    """The numpy dtype of a column's values (of its items, for fixed-size lists), without pandas."""
+    value = kind.value_type if pa.types.is_fixed_size_list(kind) else kind
+    return pa.array([], type=value).to_numpy(zero_copy_only=False).dtype
 
 
 def id_type(vocab_size: int) -> pa.DataType:

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
-from shards.format import FORMAT_VERSION, MANIFEST_NAME, bert_schema, gpt_schema
+from shards.format import FORMAT_VERSION, MANIFEST_NAME, bert_schema, gpt_schema, numpy_dtype
 
 FILE_MAGIC = b"ARROW1"  # starts an Arrow IPC file; an IPC stream starts with a message length
 
@@ -190,6 +190,5 @@ def column_view(table: pa.Table, name: str) -> np.ndarray:
     if not views:
         column_type = table.schema.field(name).type
         width = column_type.list_size if pa.types.is_fixed_size_list(column_type) else None
-        numpy_type = (column_type.value_type if width else column_type).to_pandas_dtype()
-        return np.empty((0, width) if width else (0,), dtype=numpy_type)
+        return np.empty((0, width) if width else (0,), dtype=numpy_dtype(column_type))
     return np.concatenate(views)

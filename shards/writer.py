@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from shards.format import MANIFEST_NAME, SHARD_PATTERN
+from shards.format import MANIFEST_NAME, SHARD_PATTERN, numpy_dtype
 
 KEY = "key"
 
@@ -118,7 +118,7 @@ def iter_sorted_buckets(directory: Path) -> Iterator[pa.RecordBatch]:
         destination = np.empty(len(keys), dtype=np.int64)
         destination[np.argsort(keys, kind="stable")] = np.arange(len(keys))
         schema = _open_spill(paths[0]).schema.remove(0)
-        columns = {field.name: np.empty((len(keys), *_row_shape(field.type)), dtype=_value_type(field.type).to_pandas_dtype()) for field in schema}
+        columns = {field.name: np.empty((len(keys), *_row_shape(field.type)), dtype=numpy_dtype(field.type)) for field in schema}
         start = 0
         for path in paths:
             batch = _open_spill(path)
@@ -135,10 +135,6 @@ def _open_spill(path: Path) -> pa.RecordBatch:
 
 def _row_shape(kind: pa.DataType) -> tuple[int, ...]:
     return (kind.list_size,) if pa.types.is_fixed_size_list(kind) else ()
-
-
-def _value_type(kind: pa.DataType) -> pa.DataType:
-    return kind.value_type if pa.types.is_fixed_size_list(kind) else kind
 
 
 def _column_view(array: pa.Array) -> np.ndarray:
@@ -238,7 +234,7 @@ def _fill_shards(batches: Iterable[pa.RecordBatch], sizes: Sequence[int], schema
     for size in sizes:
         if size == 0:
             continue
-        columns = {field.name: np.empty((size, *_row_shape(field.type)), dtype=_value_type(field.type).to_pandas_dtype()) for field in schema}
+        columns = {field.name: np.empty((size, *_row_shape(field.type)), dtype=numpy_dtype(field.type)) for field in schema}
         filled = 0
         while filled < size:
             if current is None or current.num_rows == 0:
