@@ -235,14 +235,12 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def _resolve_paths(data: dict[str, Any], base: Path) -> None:
     """Make relative paths absolute against the configuration file's directory."""
-    path_keys = {"paths", "index_paths", "dumps", "warc_dir", "output_dir"}
+    path_keys = {"paths", "index_paths", "dumps", "warc_dir"}  # run.output_dir stays relative to the working directory
     for section in data.values():
         if not isinstance(section, dict):
             continue
         for key in path_keys & section.keys():
             value = section[key]
-            if key == "output_dir":
-                continue  # output goes under the current directory, like any build tool
             if isinstance(value, list):
                 section[key] = [str(base / v) for v in value]
             elif isinstance(value, str):

@@ -17,7 +17,8 @@ import apache_beam as beam
 
 from corpusforge.config import Config
 from pipeline.documents_io import output_files
-from pipeline.manifest import describe_files, package_versions, write_json_atomic
+from corpusforge.files import write_json_atomic
+from pipeline.manifest import describe_files, package_versions
 from pipeline.options import pipeline_options
 from pipeline.steps import Clean, ExactDedup, ReadBooks, ReadWikipedia, WriteParts, split
 from pipeline.summary import SourceStats, collect_stats, stats_to_json

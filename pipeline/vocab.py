@@ -29,7 +29,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from corpusforge.config import VocabConfig
 from pipeline.bert_examples import stable_hash
-from shards.writer import atomic_write_bytes
+from corpusforge.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 

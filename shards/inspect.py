@@ -6,7 +6,6 @@ multi-gigabyte directory is summarised in seconds; the summary says when it samp
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 from tokenizers import Tokenizer
 
+from corpusforge.files import temp_path
 from shards.reader import Manifest, column_view, open_shard, read_manifest
 
 SAMPLE = 200_000
@@ -136,7 +136,7 @@ def write_length_histogram(directory: Path, histogram: dict[str, list]) -> Path:
     axes.set_ylabel("examples")
     figure.tight_layout()
     path = Path(directory) / HISTOGRAM_PNG
-    tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
+    tmp = temp_path(path)
     figure.savefig(tmp, format="png", dpi=100)
     plt.close(figure)
     os.replace(tmp, path)

@@ -9,7 +9,6 @@ Writers should write one record batch per shard: then every column is one contig
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
+from corpusforge.files import sha256_file
 from shards.format import FORMAT_VERSION, MANIFEST_NAME, bert_schema, gpt_schema, numpy_dtype
 
 FILE_MAGIC = b"ARROW1"  # starts an Arrow IPC file; an IPC stream starts with a message length
@@ -116,11 +116,6 @@ def read_manifest(directory: Path) -> Manifest:
         raise ShardError(f"{path}: invalid manifest: {where}: {first['msg']} ({exc.error_count()} error(s))") from exc
     manifest._root = Path(directory)
     return manifest
-
-
-def sha256_file(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def open_shard(

@@ -14,7 +14,8 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from shards.format import MANIFEST_NAME, SHARD_PATTERN, id_type
-from shards.reader import Manifest, ShardEntry, ShardError, column_view, open_shard, read_manifest, sha256_file
+from corpusforge.files import sha256_file
+from shards.reader import Manifest, ShardEntry, ShardError, column_view, open_shard, read_manifest
 
 
 def verify(directory: Path, *, progress: bool = False) -> list[str]:

@@ -19,7 +19,6 @@ import hashlib
 import json
 import math
 import os
-import uuid
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -27,20 +26,10 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
+from corpusforge.files import atomic_write_bytes, temp_path
 from shards.format import MANIFEST_NAME, SHARD_PATTERN, numpy_dtype
 
 KEY = "key"
-
-
-def _temp_path(path: Path) -> Path:
-    return path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path = Path(path)
-    temp = _temp_path(path)
-    temp.write_bytes(data)
-    os.replace(temp, path)
 
 
 def write_ipc(path: Path, table: pa.Table, compression: str | None = None) -> None:
@@ -49,7 +38,7 @@ def write_ipc(path: Path, table: pa.Table, compression: str | None = None) -> No
     The stream flavour because it is the one ``datasets.Dataset.from_file`` reads; memory-mapped,
     an uncompressed stream is read as zero-copy as an IPC file.
     """
-    temp = _temp_path(path)
+    temp = temp_path(path)
     options = pa.ipc.IpcWriteOptions(compression=compression)
     try:
         with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_stream(sink, table.schema, options=options) as writer:

@@ -10,11 +10,9 @@ directory's manifest are held out (``data_split``) and evaluated at the end into
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from corpusforge.config import TrainConfig
+from corpusforge.files import write_json_atomic
 from shards.reader import ShardError, read_manifest
 from shards.verify import verify
 from trainer.checkpoint import checkpoint_dir, load_checkpoint, read_state, resolve_checkpoint, save_checkpoint, unwrap
@@ -305,9 +304,7 @@ def train(
     if world.main:
         if results:  # eval.json is the record; metrics.jsonl keeps the training curve only
             tqdm.write(describe_eval(results))
-            tmp = run_dir / f"eval.json.tmp-{uuid.uuid4().hex}"
-            tmp.write_text(json.dumps(results, indent=2), encoding="utf-8")
-            os.replace(tmp, run_dir / "eval.json")
+            write_json_atomic(results, run_dir / "eval.json")
         if (run_dir / "metrics.jsonl").is_file():
             plot_curves(run_dir / "metrics.jsonl", run_dir / "curves.png")
     log.close()

@@ -1,0 +1,36 @@
+"""Files written whole or not at all, and their checksums: one implementation for every stage.
+
+A writer puts bytes under ``<name>.tmp-<uuid>`` beside the target and renames it into place, so a
+reader never sees half a file and an interrupted run leaves only ``*.tmp-*`` debris that verify flags.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+
+def temp_path(path: Path) -> Path:
+    return path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path = Path(path)
+    temp = temp_path(path)
+    temp.write_bytes(data)
+    os.replace(temp, path)
+
+
+def write_json_atomic(data: dict[str, Any], path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, (json.dumps(data, indent=2, default=str) + "\n").encode("utf-8"))
+    return path
+
+
+def sha256_file(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
