@@ -11,7 +11,11 @@ from pathlib import Path
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from corpora.books import list_book_files, read_book
+from corpora.clean import dedup_key, normalize_text, word_count
 from corpora.document import Document, Reject
+from corpora.language import detect_language
+from corpora.wikipedia import plan_ranges, read_range
 from corpusforge.config import BooksConfig, CleanConfig, WikipediaConfig
 from pipeline.documents_io import PART_PATTERN, documents_table, part_of, rejects_table, write_table_atomic
 
@@ -44,8 +48,6 @@ class _CountRecords(beam.DoFn):
 
 class _ReadBook(beam.DoFn):
     def process(self, item: tuple[str, str]):
-        from corpora.books import read_book
-
         path, root = item
         yield read_book(Path(path), Path(root))
 
@@ -58,8 +60,6 @@ class ReadBooks(beam.PTransform):
         self.cfg = cfg
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
-        from corpora.books import list_book_files
-
         files = [
             (str(path), str(root))
             for root in self.cfg.paths
@@ -79,8 +79,6 @@ class _ReadRange(beam.DoFn):
         self.keep_headings, self.drop_disambiguation = keep_headings, drop_disambiguation
 
     def process(self, dump_range):
-        from corpora.wikipedia import read_range
-
         yield from read_range(dump_range, keep_headings=self.keep_headings, drop_disambiguation=self.drop_disambiguation)
 
 
@@ -92,8 +90,6 @@ class ReadWikipedia(beam.PTransform):
         self.cfg = cfg
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
-        from corpora.wikipedia import plan_ranges
-
         indexes = list(self.cfg.index_paths) + [None] * (len(self.cfg.paths) - len(self.cfg.index_paths))
         ranges = [
             r
@@ -116,9 +112,6 @@ class _Clean(beam.DoFn):
         self.cfg = cfg
 
     def process(self, doc: Document):
-        from corpora.clean import normalize_text, word_count
-        from corpora.language import detect_language
-
         text = normalize_text(doc.text, fix_unicode=self.cfg.fix_unicode)
         words = word_count(text)
         if words < self.cfg.min_words:
@@ -153,8 +146,6 @@ def _keep_first(item: tuple[str, list[Document]]):
 
 
 def _dedup_key(doc: Document) -> tuple[str, Document]:
-    from corpora.clean import dedup_key
-
     return dedup_key(doc.text), doc
 
 
