@@ -40,10 +40,10 @@ from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 from tokenizers.implementations import BertWordPieceTokenizer  # noqa: E402
 
-from corpora.gutenberg import strip_gutenberg  # noqa: E402
-from corpora.sentences import split_sentences  # noqa: E402
+from corpusforge.corpora.gutenberg import strip_gutenberg  # noqa: E402
+from corpusforge.corpora.sentences import split_sentences  # noqa: E402
 from corpusforge.config import BertConfig, ShardsConfig  # noqa: E402
-from pipeline.examples_stage import TOKENIZE_BATCH_CHARS, write_bert_shards_from_sentences  # noqa: E402
+from corpusforge.pipeline.examples_stage import TOKENIZE_BATCH_CHARS, write_bert_shards_from_sentences  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from corpora.extract import ExtractorProcess, extract_page, fix_mojibake, main_text, paragraphs, trafilatura_options  # noqa: E402
+from corpusforge.corpora.extract import ExtractorProcess, extract_page, fix_mojibake, main_text, paragraphs, trafilatura_options  # noqa: E402
 from corpusforge.config import ExtractConfig  # noqa: E402
 
 EVAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "html" / "trafilatura_eval"

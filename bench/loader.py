@@ -26,8 +26,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from shard_factory import random_bert_columns, write_shards  # noqa: E402
 
-from shards.reader import read_manifest  # noqa: E402
-from trainer.data import ShardStream  # noqa: E402
+from corpusforge.shards.reader import read_manifest  # noqa: E402
+from corpusforge.trainer.data import ShardStream  # noqa: E402
 
 CHUNK = 20_000  # examples generated at a time, to bound the factory's memory
 

@@ -31,10 +31,10 @@ from datasketch import MinHash
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from corpora.document import Document, make_id  # noqa: E402
-from corpora.minhash import MinHasher, jaccard, s_curve_table, shingle_set, shingles, wordmix_hash32  # noqa: E402
+from corpusforge.corpora.document import Document, make_id  # noqa: E402
+from corpusforge.corpora.minhash import MinHasher, jaccard, s_curve_table, shingle_set, shingles, wordmix_hash32  # noqa: E402
 from corpusforge.config import NearDedupConfig  # noqa: E402
-from pipeline.near_dedup import NearDedup, banding  # noqa: E402
+from corpusforge.pipeline.near_dedup import NearDedup, banding  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 EDIT_RATES = (0.0, 0.005, 0.01, 0.02, 0.03, 0.05)

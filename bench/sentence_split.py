@@ -25,9 +25,9 @@ from syntok import segmenter as syntok_segmenter
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from corpora.books import read_books  # noqa: E402
-from corpora.document import Document  # noqa: E402
-from corpora.sentences import split_sentences  # noqa: E402
+from corpusforge.corpora.books import read_books  # noqa: E402
+from corpusforge.corpora.document import Document  # noqa: E402
+from corpusforge.corpora.sentences import split_sentences  # noqa: E402
 
 # Gold sentence segmentation, hand-verified. Book passages are quoted from the shared Project
 # Gutenberg books (public domain); "wiki" passages were written for this benchmark.

@@ -26,9 +26,9 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trainer.export import hf_config  # noqa: E402
-from trainer.metrics import device_peak_flops, flops_per_token  # noqa: E402
-from trainer.models import ModelConfig, build_model, count_params, gpt_inputs, model_config  # noqa: E402
+from corpusforge.trainer.export import hf_config  # noqa: E402
+from corpusforge.trainer.metrics import device_peak_flops, flops_per_token  # noqa: E402
+from corpusforge.trainer.models import ModelConfig, build_model, count_params, gpt_inputs, model_config  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 SHAPES = {"bert-tiny": (128, 20, 30522), "bert-base": (128, 20, 30522), "gpt2-124M": (1024, 0, 50257)}
@@ -137,10 +137,10 @@ def books_shards(directory: Path) -> Path:
     from apache_beam.options.pipeline_options import PipelineOptions
     from tokenizers.implementations import BertWordPieceTokenizer
 
-    from corpora.books import read_book
+    from corpusforge.corpora.books import read_book
     from corpusforge.config import BertConfig, ShardsConfig
-    from pipeline.documents_io import documents_table
-    from pipeline.examples_stage import write_bert_shards
+    from corpusforge.pipeline.documents_io import documents_table
+    from corpusforge.pipeline.examples_stage import write_bert_shards
 
     root = SHARED / "books" / "en"
     pq.write_table(documents_table([read_book(root / n, root) for n in ("11-0.txt", "46-0.txt", "43-0.txt")]), directory / "docs.parquet")
@@ -157,7 +157,7 @@ def bench_stream(args: argparse.Namespace, device: torch.device) -> None:
     """bert-tiny on ShardStream batches (DataLoader workers, host-to-device copy) against synthetic ones."""
     from torch.utils.data import DataLoader
 
-    from trainer.data import ShardStream, to_model_inputs
+    from corpusforge.trainer.data import ShardStream, to_model_inputs
 
     batch_size = args.batch_size or BATCH[device.type]["bert-tiny"]
     with tempfile.TemporaryDirectory() as tmp:

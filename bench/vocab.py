@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tokenizers import Tokenizer  # noqa: E402
 from tokenizers.implementations import BertWordPieceTokenizer, ByteLevelBPETokenizer  # noqa: E402
 
-from corpora.document import Document  # noqa: E402
-from corpora.gutenberg import strip_gutenberg  # noqa: E402
-from corpora.wikipedia import plan_ranges, read_range  # noqa: E402
-from pipeline.vocab import BERT_SPECIALS, train_bpe, train_wordpiece  # noqa: E402
+from corpusforge.corpora.document import Document  # noqa: E402
+from corpusforge.corpora.gutenberg import strip_gutenberg  # noqa: E402
+from corpusforge.corpora.wikipedia import plan_ranges, read_range  # noqa: E402
+from corpusforge.examples.vocab import BERT_SPECIALS, train_bpe, train_wordpiece  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 WIKI = SHARED / "wikipedia" / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"

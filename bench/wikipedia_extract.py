@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from corpora.document import Document  # noqa: E402
-from corpora.wikipedia import plan_ranges, read_range  # noqa: E402
+from corpusforge.corpora.document import Document  # noqa: E402
+from corpusforge.corpora.wikipedia import plan_ranges, read_range  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data" / "wikipedia"
 ENWIKI = SHARED / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"

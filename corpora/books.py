@@ -17,9 +17,9 @@ from bs4 import BeautifulSoup
 from ebooklib import ITEM_DOCUMENT, epub
 from tqdm import tqdm
 
-from corpora.decode import BinaryContentError, decode_bytes
-from corpora.document import Document, Reject, make_id
-from corpora.gutenberg import gutenberg_title, strip_gutenberg
+from corpusforge.corpora.decode import BinaryContentError, decode_bytes
+from corpusforge.corpora.document import Document, Reject, make_id
+from corpusforge.corpora.gutenberg import gutenberg_title, strip_gutenberg
 
 SOURCE = "books"
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\f\v]*\n")

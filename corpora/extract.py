@@ -24,8 +24,8 @@ from collections.abc import Callable
 import ftfy
 import trafilatura
 
-from corpora.language import detect_language
-from corpora.quality import quality_reject
+from corpusforge.corpora.language import detect_language
+from corpusforge.corpora.quality import quality_reject
 from corpusforge.config import ExtractConfig
 
 # C1 control characters, or a UTF-8 lead byte read as Latin-1 followed by a continuation byte ("Ã©", "â€").

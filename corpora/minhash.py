@@ -30,6 +30,8 @@ from typing import Literal
 
 import numpy as np
 
+from corpusforge.hashing import splitmix64
+
 try:  # CPython's built-in SHA-1 is faster than the OpenSSL one on short inputs; same digest.
     from _sha1 import sha1 as _sha1
 except ImportError:  # pragma: no cover - other interpreters
@@ -156,17 +158,10 @@ def sha1_hash32_many(items: Sequence[bytes]) -> np.ndarray:
 # ---- the "wordmix" base hash: scalar reference (datasketch's hashfunc) and its vectorised twin ----
 
 
-def _splitmix64(x: int) -> int:
-    z = (x + 0x9E3779B97F4A7C15) & _U64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _U64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _U64
-    return z ^ (z >> 31)
-
-
 @lru_cache(maxsize=None)
 def _position_key(position: int) -> int:
     """Odd multiplier of the word at ``position`` in a shingle: word order changes the hash."""
-    return _splitmix64(position) | 1
+    return splitmix64(position) | 1
 
 
 def _fmix64_int(k: int) -> int:

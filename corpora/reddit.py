@@ -21,8 +21,8 @@ from typing import IO, Literal
 
 import zstandard
 
-from corpora.document import Reject, make_id
-from corpora.urls import Blocklist, clean_url
+from corpusforge.corpora.document import Reject, make_id
+from corpusforge.corpora.urls import Blocklist, clean_url
 
 SOURCE = "webtext"
 ZSTD_MAX_WINDOW = 2**31

@@ -27,8 +27,8 @@ from typing import BinaryIO, Literal
 
 from tqdm import tqdm
 
-from corpora.document import Document, Reject, make_id
-from corpora.wikitext import wikitext_to_text
+from corpusforge.corpora.document import Document, Reject, make_id
+from corpusforge.corpora.wikitext import wikitext_to_text
 
 SOURCE = "wikipedia"
 READ_BYTES = 1 << 20

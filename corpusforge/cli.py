@@ -13,8 +13,8 @@ from corpusforge.config import load_config
 
 # Beam's optional GCP modules announce at import that they are not installed; nothing here uses them.
 logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())
-from shards.cli import app as shards_app
-from trainer.cli import export_command, train_command
+from corpusforge.shards.cli import app as shards_app
+from corpusforge.trainer.cli import export_command, train_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 docs_app = typer.Typer(no_args_is_help=True, help="Look inside written documents.")
@@ -40,7 +40,7 @@ def build(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Beam's own log lines."),
 ) -> None:
     """Run the stages the configuration asks for and print a summary."""
-    from pipeline.build import run_build
+    from corpusforge.build import run_build
     from corpusforge.report import print_build_summary
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.build import BuildResult
-from pipeline.documents_io import output_files
-from pipeline.summary import collect_stats, stats_to_json
+from corpusforge.build import BuildResult
+from corpusforge.pipeline.documents_io import output_files
+from corpusforge.pipeline.summary import collect_stats, stats_to_json
 
 
 def _human_bytes(n: float) -> str:

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from corpora.document import META_FIELDS, Document, Reject
+from corpusforge.corpora.document import META_FIELDS, Document, Reject
 
 DOCUMENT_SCHEMA = pa.schema(
     [

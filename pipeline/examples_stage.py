@@ -36,12 +36,13 @@ import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from corpusforge.config import BertConfig, GptConfig, ShardsConfig
-from pipeline.bert_examples import MaskingVocab, TokenizedDocument, create_bucket_examples, stable_hash, tokenize_documents
-from pipeline.gpt_examples import cut_windows
-from pipeline.sentence_tokens import SentenceEncoder
-from pipeline.vocab import EOT, load_tokenizer, vocab_manifest
-from shards.format import FORMAT_VERSION, bert_schema, gpt_schema, id_type
-from shards.writer import iter_sorted_buckets, row_bytes, spill_pieces, spilled_rows, write_ipc, write_shards
+from corpusforge.hashing import mix64, stable_hash
+from corpusforge.examples.bert_examples import MaskingVocab, TokenizedDocument, create_bucket_examples, tokenize_documents
+from corpusforge.examples.gpt_examples import cut_windows
+from corpusforge.examples.sentence_tokens import SentenceEncoder
+from corpusforge.examples.vocab import EOT, load_tokenizer, vocab_manifest
+from corpusforge.shards.format import FORMAT_VERSION, bert_schema, gpt_schema, id_type
+from corpusforge.shards.writer import iter_sorted_buckets, row_bytes, spill_pieces, spilled_rows, write_ipc, write_shards
 
 # Multi-output steps emit (kind, value) pairs split by ``_only``: the DaskRunner mixes tagged outputs
 # and drops what ``finish_bundle`` emits, so neither is used here.
@@ -50,14 +51,6 @@ TOKENIZE_BATCH_CHARS = 1_000_000  # text per encode_batch_fast call
 READ_ROWS = 256  # Parquet rows decoded into Python at a time
 DocRef = tuple[str, str, int]  # (doc id, spill file name, row): what travels through the document shuffles
 DOCS_DIR, EXAMPLES_DIR = "docs", "examples"  # spill folders inside the run's temporary folder
-
-
-def mix64(values: np.ndarray) -> np.ndarray:
-    """SplitMix64 finaliser over uint64 arrays: consecutive inputs give independent-looking keys."""
-    z = values.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
 
 
 def example_keys(bases: Sequence[int], owner: np.ndarray) -> np.ndarray:
@@ -306,7 +299,7 @@ def _chars(text: str | list[str]) -> int:
 
 
 def _split_into_sentences(batch: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
-    from corpora.sentences import split_sentences
+    from corpusforge.corpora.sentences import split_sentences
 
     return [(doc_id, split_sentences(text)) for doc_id, text in batch]
 

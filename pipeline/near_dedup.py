@@ -26,8 +26,8 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from corpora.document import Document, Reject
-from corpora.minhash import MinHasher, band_keys, jaccard, lsh_params, s_curve_table, shingle_set
+from corpusforge.corpora.document import Document, Reject
+from corpusforge.corpora.minhash import MinHasher, band_keys, jaccard, lsh_params, s_curve_table, shingle_set
 from corpusforge.config import NearDedupConfig
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from corpusforge.config import RunConfig
 
 # Runners Beam does not register by short name.
-RUNNER_ALIASES = {"DaskRunner": "pipeline.dask_runner.DaskRunner"}  # Beam's own, with two bugs fixed
+RUNNER_ALIASES = {"DaskRunner": "corpusforge.pipeline.dask_runner.DaskRunner"}  # Beam's own, with two bugs fixed
 
 
 def pipeline_options(run: RunConfig, **extra: object) -> PipelineOptions:

@@ -11,13 +11,13 @@ from pathlib import Path
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from corpora.books import list_book_files, read_book
-from corpora.clean import dedup_key, normalize_text, word_count
-from corpora.document import Document, Reject
-from corpora.language import detect_language
-from corpora.wikipedia import plan_ranges, read_range
+from corpusforge.corpora.books import list_book_files, read_book
+from corpusforge.corpora.clean import dedup_key, normalize_text, word_count
+from corpusforge.corpora.document import Document, Reject
+from corpusforge.corpora.language import detect_language
+from corpusforge.corpora.wikipedia import plan_ranges, read_range
 from corpusforge.config import BooksConfig, CleanConfig, WikipediaConfig
-from pipeline.documents_io import PART_PATTERN, documents_table, part_of, rejects_table, write_table_atomic
+from corpusforge.pipeline.documents_io import PART_PATTERN, documents_table, part_of, rejects_table, write_table_atomic
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.documents_io import output_files
+from corpusforge.pipeline.documents_io import output_files
 
 
 @dataclass

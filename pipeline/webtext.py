@@ -13,13 +13,14 @@ from pathlib import Path
 import apache_beam as beam
 from apache_beam.pvalue import PCollection
 
-from corpora.document import Document, Reject, make_id
-from corpora.extract import extract_page
-from corpora.reddit import SOURCE, Link, read_submissions, screen, select_link
-from corpora.urls import Blocklist, clean_url
-from corpora.warc import Capture, iter_captures, warc_files
+from corpusforge.corpora.document import Document, Reject, make_id
+from corpusforge.corpora.extract import extract_page
+from corpusforge.corpora.reddit import SOURCE, Link, read_submissions, screen, select_link
+from corpusforge.corpora.urls import Blocklist, clean_url
+from corpusforge.corpora.warc import Capture, iter_captures, warc_files
 from corpusforge.config import Config, WebTextConfig
-from pipeline.fetch import FetchDoFn, decode_page
+from corpusforge.corpora.fetch import decode_page
+from corpusforge.pipeline.fetch import FetchDoFn
 
 TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 

@@ -8,9 +8,9 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from shards.inspect import SAMPLE, render_summary, show_example, summarize, write_length_histogram
-from shards.reader import ShardError
-from shards.verify import verify
+from corpusforge.shards.inspect import SAMPLE, render_summary, show_example, summarize, write_length_histogram
+from corpusforge.shards.reader import ShardError
+from corpusforge.shards.verify import verify
 
 app = typer.Typer(help="Inspect and verify Arrow shard directories.", no_args_is_help=True)
 

@@ -16,7 +16,7 @@ from rich.text import Text
 from tokenizers import Tokenizer
 
 from corpusforge.files import temp_path
-from shards.reader import Manifest, column_view, open_shard, read_manifest
+from corpusforge.shards.reader import Manifest, column_view, open_shard, read_manifest
 
 SAMPLE = 200_000
 HISTOGRAM_PNG = "length_histogram.png"

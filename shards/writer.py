@@ -27,7 +27,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from corpusforge.files import atomic_write_bytes, temp_path
-from shards.format import MANIFEST_NAME, SHARD_PATTERN, numpy_dtype
+from corpusforge.shards.format import MANIFEST_NAME, SHARD_PATTERN, numpy_dtype
 
 KEY = "key"
 

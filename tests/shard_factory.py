@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 from tokenizers.implementations import BertWordPieceTokenizer, ByteLevelBPETokenizer
 
-from shards.format import FORMAT_VERSION, MANIFEST_NAME, SHARD_PATTERN, bert_schema, gpt_schema, id_type
+from corpusforge.shards.format import FORMAT_VERSION, MANIFEST_NAME, SHARD_PATTERN, bert_schema, gpt_schema, id_type
 
 BERT_SPECIAL = {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
 GPT_SPECIAL = {"eot": 50256}
@@ -103,7 +103,7 @@ def write_shards(
 
     ``batch_rows`` splits each shard into record batches of that many rows (default: one batch);
     ``ipc="file"`` writes the IPC file flavour instead of the format's IPC stream; ``vocab``
-    replaces the manifest's "vocab" entry (e.g. the build's ``pipeline.vocab.vocab_manifest``).
+    replaces the manifest's "vocab" entry (e.g. the build's ``corpusforge.examples.vocab.vocab_manifest``).
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

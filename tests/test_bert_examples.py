@@ -10,17 +10,17 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corpora.document import Document
-from corpora.gutenberg import strip_gutenberg
-from corpora.sentences import split_sentences
-from corpora.wikipedia import plan_ranges, read_range
+from corpusforge.corpora.document import Document
+from corpusforge.corpora.gutenberg import strip_gutenberg
+from corpusforge.corpora.sentences import split_sentences
+from corpusforge.corpora.wikipedia import plan_ranges, read_range
 from corpusforge.config import BertConfig, ShardsConfig
-from pipeline.bert_examples import MaskingVocab, TokenizedDocument, create_bucket_examples, tokenize_documents, truncate_seq_pairs
-from pipeline.documents_io import documents_table, write_table_atomic
-from pipeline.examples_stage import load_documents, spill_documents, write_bert_shards
-from pipeline.sentence_tokens import SentenceEncoder
-from pipeline.vocab import load_tokenizer
-from shards.reader import open_shard, read_manifest
+from corpusforge.examples.bert_examples import MaskingVocab, TokenizedDocument, create_bucket_examples, tokenize_documents, truncate_seq_pairs
+from corpusforge.pipeline.documents_io import documents_table, write_table_atomic
+from corpusforge.pipeline.examples_stage import load_documents, spill_documents, write_bert_shards
+from corpusforge.examples.sentence_tokens import SentenceEncoder
+from corpusforge.examples.vocab import load_tokenizer
+from corpusforge.shards.reader import open_shard, read_manifest
 from shard_factory import assert_hf_reads_like_pyarrow, bert_tokenizer_json
 
 BOOKS = ["11-0.txt", "35-0.txt", "41-0.txt", "43-0.txt"]
@@ -257,7 +257,7 @@ def test_beam_stage_writes_identical_shards_on_every_runner(parquet_documents, v
         options = PipelineOptions([], runner="DirectRunner", direct_running_mode=mode, direct_num_workers=workers)
         runs[mode] = write_bert_shards(options, parquet_documents, vocab_dir, tmp_path / mode, bert, shards, seed=5)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as cluster, Client(cluster):
-        options = PipelineOptions(["--runner=pipeline.dask_runner.DaskRunner", f"--dask_client_address={cluster.scheduler_address}"])
+        options = PipelineOptions(["--runner=corpusforge.pipeline.dask_runner.DaskRunner", f"--dask_client_address={cluster.scheduler_address}"])
         runs["dask"] = write_bert_shards(options, parquet_documents, vocab_dir, tmp_path / "dask", bert, shards, seed=5)
     assert not list(tmp_path.glob("*/.sort-*"))  # spill folders removed
     one = runs["in_memory"]

@@ -11,10 +11,10 @@ from ebooklib import epub
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corpora.books import list_book_files, read_book, read_books, unwrap_paragraphs
-from corpora.decode import BinaryContentError, decode_bytes
-from corpora.document import Document, Reject, make_id
-from corpora.gutenberg import gutenberg_title, strip_gutenberg
+from corpusforge.corpora.books import list_book_files, read_book, read_books, unwrap_paragraphs
+from corpusforge.corpora.decode import BinaryContentError, decode_bytes
+from corpusforge.corpora.document import Document, Reject, make_id
+from corpusforge.corpora.gutenberg import gutenberg_title, strip_gutenberg
 
 BOILERPLATE = re.compile(r"project gutenberg|gutenberg-tm|gutenberg™|www\.gutenberg", re.IGNORECASE)
 

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from corpusforge.cli import app
 from corpusforge.config import load_config
-from pipeline.build import run_build
-from pipeline.documents_io import output_files
+from corpusforge.build import run_build
+from corpusforge.pipeline.documents_io import output_files
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "configs" / "demo.toml"
@@ -59,7 +59,7 @@ def test_demo_documents_account_for_every_input(tmp_path: Path, samples: Path) -
 @pytest.fixture(scope="module")
 def real_inputs(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> tuple[Path, Path]:
     """A few shared books and the enwiki excerpt rebuilt as a bz2 multistream dump (several ranges)."""
-    from corpora.wikipedia import build_multistream
+    from corpusforge.corpora.wikipedia import build_multistream
 
     root = tmp_path_factory.mktemp("inputs")
     books = root / "books"

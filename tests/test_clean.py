@@ -7,10 +7,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from corpora.books import read_books
-from corpora.clean import dedup_key, normalize_text, word_count
-from corpora.document import Document
-from corpora.language import detect_language, sample_text
+from corpusforge.corpora.books import read_books
+from corpusforge.corpora.clean import dedup_key, normalize_text, word_count
+from corpusforge.corpora.document import Document
+from corpusforge.corpora.language import detect_language, sample_text
 
 
 def test_normalize_repairs_mojibake_and_keeps_the_authors_punctuation() -> None:

@@ -10,12 +10,12 @@ from transformers import AutoTokenizer, BertForPreTraining, GPT2LMHeadModel
 from typer.testing import CliRunner
 
 from corpusforge.config import TrainConfig
-from trainer.checkpoint import load_weights, read_state, resolve_checkpoint
-from trainer.cli import app
-from trainer.data import ShardStream, to_model_inputs
-from trainer.export import export_hf
-from trainer.loop import train
-from trainer.models import ModelConfig, build_model, gpt_inputs
+from corpusforge.trainer.checkpoint import load_weights, read_state, resolve_checkpoint
+from corpusforge.trainer.cli import app
+from corpusforge.trainer.data import ShardStream, to_model_inputs
+from corpusforge.trainer.export import export_hf
+from corpusforge.trainer.loop import train
+from corpusforge.trainer.models import ModelConfig, build_model, gpt_inputs
 
 
 def trained_checkpoint(shards: Path, run_dir: Path, model: str) -> Path:

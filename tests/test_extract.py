@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corpora.extract import (
+from corpusforge.corpora.extract import (
     ExtractorProcess,
     extract_page,
     meta_description,
@@ -20,7 +20,7 @@ from corpora.extract import (
     trafilatura_text,
     with_lead,
 )
-from corpora.quality import quality_reject
+from corpusforge.corpora.quality import quality_reject
 from corpusforge.config import ExtractConfig
 
 PAGES = ("wired.com.burn.html", "businessjargons.com.leadership.html", "bsi.de-ki.html")

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from http_fixture import LocalServer, extract_pages
 
-from corpora.warc import Capture, WarcFile, index_warcs, iter_captures, read_capture
+from corpusforge.corpora.warc import Capture, WarcFile, index_warcs, iter_captures, read_capture
 from corpusforge.config import FetchConfig
-from pipeline.fetch import (AddressPolicy, BlockedAddress, FetchDoFn, Fetcher, SafeResolver, batch_warc_name, decode_body,
-                            decode_page, html_to_text)
+from corpusforge.corpora.fetch import (AddressPolicy, BlockedAddress, Fetcher, SafeResolver, batch_warc_name, decode_body,
+                                      decode_page, html_to_text)
+from corpusforge.pipeline.fetch import FetchDoFn
 
 FAST = dict(per_host_delay_s=0.0, per_host_concurrency=16, concurrency=16, connect_timeout_s=2, read_timeout_s=1.0,
             total_timeout_s=2.5, url_deadline_s=5, max_body_bytes=2_000_000, max_decoded_bytes=5_000_000,

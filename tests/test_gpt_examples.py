@@ -10,14 +10,14 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corpora.document import Document
-from corpora.gutenberg import strip_gutenberg
+from corpusforge.corpora.document import Document
+from corpusforge.corpora.gutenberg import strip_gutenberg
 from corpusforge.config import GptConfig, ShardsConfig
-from pipeline.documents_io import documents_table, write_table_atomic
-from pipeline.examples_stage import write_gpt_shards
-from pipeline.gpt_examples import cut_windows
-from pipeline.vocab import load_tokenizer
-from shards.reader import column_view, open_shard, read_manifest
+from corpusforge.pipeline.documents_io import documents_table, write_table_atomic
+from corpusforge.pipeline.examples_stage import write_gpt_shards
+from corpusforge.examples.gpt_examples import cut_windows
+from corpusforge.examples.vocab import load_tokenizer
+from corpusforge.shards.reader import column_view, open_shard, read_manifest
 from shard_factory import assert_hf_reads_like_pyarrow, gpt_tokenizer_json
 
 EOT = 50256

@@ -8,7 +8,7 @@ from datasketch import MinHash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corpora.minhash import (
+from corpusforge.corpora.minhash import (
     MAX_HASH,
     MinHasher,
     _shingle_slices,

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import BertConfig, BertForPreTraining, GPT2Config, GPT2LMHeadModel
 
-from trainer.models import Bert, GPT, build_model, count_params, gpt_inputs, model_config
-from trainer.optim import lr_factor, make_optimizer, recipe
-from trainer.sizes import SIZES, padded_vocab_size
+from corpusforge.trainer.models import Bert, GPT, build_model, count_params, gpt_inputs, model_config
+from corpusforge.trainer.optim import lr_factor, make_optimizer, recipe
+from corpusforge.trainer.sizes import SIZES, padded_vocab_size
 
 B, L, P, V = 4, 32, 5, 1000
 

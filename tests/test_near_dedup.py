@@ -8,9 +8,9 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from corpora.document import Document, make_id
+from corpusforge.corpora.document import Document, make_id
 from corpusforge.config import NearDedupConfig
-from pipeline.near_dedup import NearDedup, on_wikipedia, wikipedia_removal
+from corpusforge.pipeline.near_dedup import NearDedup, on_wikipedia, wikipedia_removal
 
 
 @pytest.fixture(scope="module")

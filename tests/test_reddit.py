@@ -13,9 +13,9 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corpora.document import Reject
-from corpora.reddit import Link, Submission, parse_submission, read_submissions, screen, select_link
-from corpora.urls import Blocklist
+from corpusforge.corpora.document import Reject
+from corpusforge.corpora.reddit import Link, Submission, parse_submission, read_submissions, screen, select_link
+from corpusforge.corpora.urls import Blocklist
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from corpora.gutenberg import strip_gutenberg
-from corpora.sentences import split_sentences
-from pipeline.sentence_tokens import SentenceEncoder
+from corpusforge.corpora.gutenberg import strip_gutenberg
+from corpusforge.corpora.sentences import split_sentences
+from corpusforge.examples.sentence_tokens import SentenceEncoder
 from shard_factory import bert_tokenizer_json, gpt_tokenizer_json
 
 # Characters that take every path: ASCII, whitespace the normalizer rewrites, curly quotes, accents
@@ -83,7 +83,7 @@ def test_cased_wordpiece_keeps_case(shared_data, tmp_path):
 
 
 def test_word_cache_starting_over_changes_nothing(bert_tokenizer, monkeypatch):
-    import pipeline.sentence_tokens as sentence_tokens
+    import corpusforge.examples.sentence_tokens as sentence_tokens
 
     monkeypatch.setattr(sentence_tokens, "WORD_CACHE_SIZE", 3)
     encoder = SentenceEncoder(bert_tokenizer, np.dtype(np.uint16))

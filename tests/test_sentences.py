@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corpora.books import read_book
-from corpora.document import Document
-from corpora.sentences import split_sentences
+from corpusforge.corpora.books import read_book
+from corpusforge.corpora.document import Document
+from corpusforge.corpora.sentences import split_sentences
 
 TRICKY = [
     # blingfire alone joins these: a sentence that starts with a title or initials

@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from shard_factory import random_bert_columns, random_gpt_columns, write_shards
 
-from shards.format import bert_schema
-from shards.reader import ShardError, chunk_views, column_view, open_shard, read_manifest
-from shards.verify import verify
-from shards.writer import record_batch, write_shards as writer_write_shards
-from trainer.data import ShardStream
+from corpusforge.shards.format import bert_schema
+from corpusforge.shards.reader import ShardError, chunk_views, column_view, open_shard, read_manifest
+from corpusforge.shards.verify import verify
+from corpusforge.shards.writer import record_batch, write_shards as writer_write_shards
+from corpusforge.trainer.data import ShardStream
 
 COLUMNS = random_bert_columns(300, max_seq_length=64, max_predictions=10, seed=4)
 

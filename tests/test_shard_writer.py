@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shards.format import MANIFEST_NAME, gpt_schema
-from shards.reader import open_shard, read_manifest
-from shards.writer import (
+from corpusforge.shards.format import MANIFEST_NAME, gpt_schema
+from corpusforge.shards.reader import open_shard, read_manifest
+from corpusforge.shards.writer import (
     file_sha256,
     iter_sorted_buckets,
     plan_shard_sizes,

@@ -14,11 +14,11 @@ from torch.utils.data import DataLoader
 from typer.testing import CliRunner
 
 from corpusforge.config import BertConfig, RunConfig, ShardsConfig
-from pipeline.examples_stage import write_bert_shards_from_sentences
-from pipeline.options import pipeline_options
-from pipeline.vocab import vocab_manifest
-from shards.cli import app
-from trainer.data import ShardStream
+from corpusforge.pipeline.examples_stage import write_bert_shards_from_sentences
+from corpusforge.pipeline.options import pipeline_options
+from corpusforge.examples.vocab import vocab_manifest
+from corpusforge.shards.cli import app
+from corpusforge.trainer.data import ShardStream
 
 runner = CliRunner()
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "home", "quickly"]

@@ -22,16 +22,16 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from safetensors.torch import load_file
 from shard_factory import FIRST_WORD_ID, bert_tokenizer_json, gpt_tokenizer_json, random_bert_columns, random_gpt_columns, write_shards
 
-from corpora.books import read_book
+from corpusforge.corpora.books import read_book
 from corpusforge.config import BertConfig, GptConfig, ShardsConfig, TrainConfig
-from pipeline.documents_io import documents_table
-from pipeline.examples_stage import write_bert_shards, write_gpt_shards
-from pipeline.vocab import train_bpe, train_wordpiece
-from shards.reader import ShardError, column_view, open_shard, read_manifest
-from trainer.checkpoint import OPTIMIZER_NAME, WEIGHTS_NAME, checkpoint_dir, read_state
-from trainer.data import DataWaitTimer
-from trainer.loop import train
-from trainer.metrics import read_log
+from corpusforge.pipeline.documents_io import documents_table
+from corpusforge.pipeline.examples_stage import write_bert_shards, write_gpt_shards
+from corpusforge.examples.vocab import train_bpe, train_wordpiece
+from corpusforge.shards.reader import ShardError, column_view, open_shard, read_manifest
+from corpusforge.trainer.checkpoint import OPTIMIZER_NAME, WEIGHTS_NAME, checkpoint_dir, read_state
+from corpusforge.trainer.data import DataWaitTimer
+from corpusforge.trainer.loop import train
+from corpusforge.trainer.metrics import read_log
 
 TRAIN_BOOKS = ["11-0.txt", "46-0.txt", "43-0.txt", "16-0.txt"]  # Alice, A Christmas Carol, Jekyll & Hyde, Peter Pan
 HELD_OUT_BOOKS = ["35-0.txt", "41-0.txt"]  # The Time Machine, Sleepy Hollow: other authors, never trained on
@@ -170,10 +170,10 @@ def record_examples(monkeypatch) -> tuple[list[int], list[int]]:
 
     Only training batches pass the loop's DataWaitTimer; evaluation also goes through to_model_inputs.
     """
-    import trainer.loop
+    import corpusforge.trainer.loop as loop
 
     trained, converted = [], []
-    convert = trainer.loop.to_model_inputs
+    convert = loop.to_model_inputs
 
     class RecordingTimer(DataWaitTimer):
         def wrap(self, batches):
@@ -185,8 +185,8 @@ def record_examples(monkeypatch) -> tuple[list[int], list[int]]:
         converted.extend(example_ids(batch))
         return convert(batch, device, task)
 
-    monkeypatch.setattr(trainer.loop, "DataWaitTimer", RecordingTimer)
-    monkeypatch.setattr(trainer.loop, "to_model_inputs", recording_convert)
+    monkeypatch.setattr(loop, "DataWaitTimer", RecordingTimer)
+    monkeypatch.setattr(loop, "to_model_inputs", recording_convert)
     return trained, converted
 
 
@@ -231,7 +231,7 @@ def test_gpt_held_out_perplexity(labelled, tmp_path, monkeypatch):
 def test_holdout_zero_trains_on_everything_and_says_there_is_no_evaluation(labelled, tmp_path, monkeypatch, caplog):
     trained, _ = record_examples(monkeypatch)
     cfg = TrainConfig(model="bert-tiny", steps=20, batch_size=16, num_workers=0, log_every=10, checkpoint_every=0, holdout_examples=0)
-    with caplog.at_level(logging.WARNING, logger="trainer.loop"):
+    with caplog.at_level(logging.WARNING, logger="corpusforge.trainer.loop"):
         assert train(cfg, labelled["bert"], tmp_path / "run", progress=False) == {}
     assert "no held-out evaluation" in caplog.text
     assert not (tmp_path / "run" / "eval.json").exists()
@@ -272,9 +272,9 @@ def test_truncated_shard_fails_by_name_even_unverified(books, tmp_path):
 
 def test_interrupted_checkpoint_leaves_the_previous_one(tmp_path, monkeypatch):
     """A crash while saving step 2 leaves step 1 whole and no half directory that --resume could pick."""
-    import trainer.checkpoint as checkpoint
-    from trainer.models import build_model, model_config
-    from trainer.optim import make_optimizer, make_scheduler, recipe
+    import corpusforge.trainer.checkpoint as checkpoint
+    from corpusforge.trainer.models import build_model, model_config
+    from corpusforge.trainer.optim import make_optimizer, make_scheduler, recipe
 
     model = build_model(model_config("bert-tiny", 100))
     r = recipe("bert", 10)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from shard_factory import FIRST_WORD_ID, random_bert_columns, random_gpt_columns, write_shards
 from torch.utils.data import DataLoader
 
-from trainer.data import DataWaitTimer, ShardStream, epoch_order, holdout_split, shard_bounds, to_model_inputs
+from corpusforge.trainer.data import DataWaitTimer, ShardStream, epoch_order, holdout_split, shard_bounds, to_model_inputs
 
 N = 1000
 SHARDS = [600, 400]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corpora.urls import Blocklist, canonical_url, clean_url, is_tracking_param
+from corpusforge.corpora.urls import Blocklist, canonical_url, clean_url, is_tracking_param
 
 
 @pytest.fixture(scope="module")

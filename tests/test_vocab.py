@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import BertTokenizerFast, GPT2TokenizerFast
 
-from corpora.document import Document
-from corpora.gutenberg import strip_gutenberg
+from corpusforge.corpora.document import Document
+from corpusforge.corpora.gutenberg import strip_gutenberg
 from corpusforge.config import VocabConfig
-from pipeline.documents_io import documents_table, write_table_atomic
-from pipeline.vocab import load_tokenizer, sample_documents, train_bpe, train_vocab_from_documents, train_wordpiece, vocab_manifest, vocab_sha256
+from corpusforge.pipeline.documents_io import documents_table, write_table_atomic
+from corpusforge.examples.vocab import load_tokenizer, sample_documents, train_bpe, train_vocab_from_documents, train_wordpiece, vocab_manifest, vocab_sha256
 
 TRAIN_BOOKS = ["11-0.txt", "35-0.txt", "43-0.txt"]
 HELD_OUT_BOOK = "46-0.txt"

@@ -11,8 +11,8 @@ from http_fixture import LocalServer, extract_pages
 from test_webtext_job import FETCH, write_dumps
 
 from corpusforge.config import Config
-from pipeline.build import run_build
-from pipeline.documents_io import output_files
+from corpusforge.build import run_build
+from corpusforge.pipeline.documents_io import output_files
 
 
 def _config(out: Path, dumps: list[Path], warc_dir: Path, **run: object) -> Config:

@@ -13,11 +13,11 @@ import zstandard
 from apache_beam.options.pipeline_options import PipelineOptions
 from http_fixture import LocalServer, extract_pages
 
-from corpora.document import make_id
-from corpora.urls import canonical_url
-from corpora.warc import warc_files
+from corpusforge.corpora.document import make_id
+from corpusforge.corpora.urls import canonical_url
+from corpusforge.corpora.warc import warc_files
 from corpusforge.config import Config
-from pipeline.webtext import build_webtext
+from corpusforge.pipeline.webtext import build_webtext
 
 FETCH = dict(per_host_delay_s=0.0, per_host_concurrency=32, concurrency=32, read_timeout_s=1.0, total_timeout_s=2.5,
              url_deadline_s=5, max_body_bytes=2_000_000, max_decoded_bytes=5_000_000, backoff_s=0.1, retries=2,

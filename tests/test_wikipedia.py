@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from corpora.document import Document, Reject, make_id
-from corpora.wikipedia import DumpRange, build_multistream, plan_ranges, read_range, read_stream_offsets
+from corpusforge.corpora.document import Document, Reject, make_id
+from corpusforge.corpora.wikipedia import DumpRange, build_multistream, plan_ranges, read_range, read_stream_offsets
 
 ENWIKI = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corpora.document import Document
-from corpora.wikipedia import plan_ranges, read_range
-from corpora.wikitext import wikitext_to_text
+from corpusforge.corpora.document import Document
+from corpusforge.corpora.wikipedia import plan_ranges, read_range
+from corpusforge.corpora.wikitext import wikitext_to_text
 
 LEFTOVER_MARKUP = ("{{", "}}", "[[", "]]", "<ref", "{|", "|-")
 

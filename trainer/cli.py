@@ -8,7 +8,7 @@ import typer
 from pydantic import ValidationError
 
 from corpusforge.config import TrainConfig, load_config
-from shards.reader import ShardError
+from corpusforge.shards.reader import ShardError
 
 app = typer.Typer(help="Pre-train BERT/GPT models on shards and export them.", no_args_is_help=True)
 
@@ -37,8 +37,8 @@ def train_command(
     set_: Annotated[list[str], typer.Option("--set", help="override a key, e.g. --set train.grad_clip=0.5")] = [],
 ) -> None:
     """Pre-train a model; logs, checkpoints, curves.png and eval.json (held-out figures) go to the run directory."""
-    from trainer.loop import train
-    from trainer.sizes import get_size
+    from corpusforge.trainer.loop import train
+    from corpusforge.trainer.sizes import get_size
 
     try:
         cfg = load_config(config, set_)
@@ -70,7 +70,7 @@ def export_command(
     format: Annotated[str, typer.Option("--format", help="hf: a transformers directory")] = "hf",
 ) -> None:
     """Write a checkpoint as a transformers model directory with its tokenizer."""
-    from trainer.export import export_hf
+    from corpusforge.trainer.export import export_hf
 
     if format != "hf":
         fail(f"unknown export format {format!r} (supported: hf)")

@@ -68,7 +68,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from shards.reader import Manifest, chunk_views, open_shard, read_manifest
+from corpusforge.shards.reader import Manifest, chunk_views, open_shard, read_manifest
 
 Batch = dict[str, torch.Tensor]
 

@@ -17,8 +17,8 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 from transformers import BertConfig, GPT2Config, PreTrainedTokenizerFast
 
-from trainer.checkpoint import WEIGHTS_NAME, read_state, resolve_checkpoint
-from trainer.models import ModelConfig
+from corpusforge.trainer.checkpoint import WEIGHTS_NAME, read_state, resolve_checkpoint
+from corpusforge.trainer.models import ModelConfig
 
 BERT_TOKENS = {"pad": "pad_token", "unk": "unk_token", "cls": "cls_token", "sep": "sep_token", "mask": "mask_token"}
 

@@ -26,11 +26,11 @@ from tqdm import tqdm
 
 from corpusforge.config import TrainConfig
 from corpusforge.files import write_json_atomic
-from shards.reader import ShardError, read_manifest
-from shards.verify import verify
-from trainer.checkpoint import checkpoint_dir, load_checkpoint, read_state, resolve_checkpoint, save_checkpoint, unwrap
-from trainer.data import DataWaitTimer, ShardStream, holdout_split, to_model_inputs
-from trainer.metrics import (
+from corpusforge.shards.reader import ShardError, read_manifest
+from corpusforge.shards.verify import verify
+from corpusforge.trainer.checkpoint import checkpoint_dir, load_checkpoint, read_state, resolve_checkpoint, save_checkpoint, unwrap
+from corpusforge.trainer.data import DataWaitTimer, ShardStream, holdout_split, to_model_inputs
+from corpusforge.trainer.metrics import (
     MetricsLog,
     bert_counts,
     device_peak_flops,
@@ -38,8 +38,8 @@ from trainer.metrics import (
     gpt_counts,
     plot_curves,
 )
-from trainer.models import build_model, count_params, gpt_inputs, model_config
-from trainer.optim import make_optimizer, make_scheduler, recipe
+from corpusforge.trainer.models import build_model, count_params, gpt_inputs, model_config
+from corpusforge.trainer.optim import make_optimizer, make_scheduler, recipe
 
 logger = logging.getLogger(__name__)
 

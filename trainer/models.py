@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.sizes import get_size, padded_vocab_size
+from corpusforge.trainer.sizes import get_size, padded_vocab_size
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,12 @@ from typing import Any
 import apache_beam as beam
 
 from corpusforge.config import Config
-from pipeline.documents_io import output_files
+from corpusforge.pipeline.documents_io import output_files
 from corpusforge.files import write_json_atomic
-from pipeline.manifest import describe_files, package_versions
-from pipeline.options import pipeline_options
-from pipeline.steps import Clean, ExactDedup, ReadBooks, ReadWikipedia, WriteParts, split
-from pipeline.summary import SourceStats, collect_stats, stats_to_json
+from corpusforge.pipeline.manifest import describe_files, package_versions
+from corpusforge.pipeline.options import pipeline_options
+from corpusforge.pipeline.steps import Clean, ExactDedup, ReadBooks, ReadWikipedia, WriteParts, split
+from corpusforge.pipeline.summary import SourceStats, collect_stats, stats_to_json
 
 log = logging.getLogger(__name__)
 SOURCE_STAGES = ("books", "wikipedia", "webtext")
@@ -40,7 +40,7 @@ def input_files(cfg: Config) -> list[Path]:
     stages = set(cfg.run.stages)
     files: list[Path] = []
     if "books" in stages:
-        from corpora.books import list_book_files
+        from corpusforge.corpora.books import list_book_files
 
         for root in cfg.books.paths:
             files += list_book_files(Path(root), tuple(cfg.books.extensions))
@@ -61,7 +61,7 @@ def documents_graph(p: beam.Pipeline, cfg: Config) -> None:
     if "wikipedia" in stages:
         streams.append(p | "Wikipedia" >> ReadWikipedia(cfg.wikipedia))
     if "webtext" in stages:
-        from pipeline.webtext import build_webtext
+        from corpusforge.pipeline.webtext import build_webtext
 
         web_docs, web_rejects = build_webtext(p, cfg)
         streams.append(web_docs)
@@ -75,7 +75,7 @@ def documents_graph(p: beam.Pipeline, cfg: Config) -> None:
         docs, rejects = split(docs | "ExactDedup" >> ExactDedup(), "Deduped")
         reject_streams.append(rejects)
     if "near_dedup" in stages:
-        from pipeline.near_dedup import KEPT, REJECTS, NearDedup
+        from corpusforge.pipeline.near_dedup import KEPT, REJECTS, NearDedup
 
         near = docs | "NearDedup" >> NearDedup(cfg.near_dedup)
         docs = near[KEPT]
@@ -92,7 +92,7 @@ def documents_graph(p: beam.Pipeline, cfg: Config) -> None:
 
 def remove_wikipedia_from_webtext(docs: beam.PCollection, reject_streams: list, cfg: Config) -> beam.PCollection:
     """GPT-2 kept Wikipedia out of WebText: drop WebText pages on Wikipedia or near-duplicating it."""
-    from pipeline.near_dedup import KEPT, REJECTS, WikipediaRemoval
+    from corpusforge.pipeline.near_dedup import KEPT, REJECTS, WikipediaRemoval
 
     web = docs | "WebTextDocs" >> beam.Filter(lambda d: d.source == "webtext")
     wikipedia = docs | "WikipediaDocs" >> beam.Filter(lambda d: d.source == "wikipedia")
@@ -145,27 +145,27 @@ def run_build(cfg: Config) -> BuildResult:
         timed("documents", run_documents, cfg, result)
     doc_paths = output_files(out / "documents")
     if "vocab" in stages:
-        from pipeline.vocab import train_vocab_from_documents
+        from corpusforge.examples.vocab import train_vocab_from_documents
 
         result.artifacts["vocab"] = timed("vocab", train_vocab_from_documents, doc_paths, out / "vocab", cfg.vocab)
     vocab_dirs = result.artifacts.get("vocab") or {}
     if "bert" in stages:
-        from pipeline.examples_stage import write_bert_shards
+        from corpusforge.pipeline.examples_stage import write_bert_shards
 
         result.artifacts["bert"] = timed(
             "bert", write_bert_shards, pipeline_options(cfg.run), doc_paths, Path(vocab_dirs.get("wordpiece", out / "vocab" / "wordpiece")),
             out / "shards" / "bert", cfg.bert, cfg.shards, cfg.run.seed,
         )
     if "gpt" in stages:
-        from pipeline.examples_stage import write_gpt_shards
+        from corpusforge.pipeline.examples_stage import write_gpt_shards
 
         result.artifacts["gpt"] = timed(
             "gpt", write_gpt_shards, pipeline_options(cfg.run), doc_paths, Path(vocab_dirs.get("bpe", out / "vocab" / "bpe")),
             out / "shards" / "gpt", cfg.gpt, cfg.shards, cfg.run.seed,
         )
     if "train" in stages:
-        from trainer.loop import train
-        from trainer.sizes import get_size
+        from corpusforge.trainer.loop import train
+        from corpusforge.trainer.sizes import get_size
 
         family = get_size(cfg.train.model).family
         train_cfg = cfg.train.model_copy(update={"task": family})

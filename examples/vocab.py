@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from corpusforge.config import VocabConfig
-from pipeline.bert_examples import stable_hash
+from corpusforge.hashing import stable_hash
 from corpusforge.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)

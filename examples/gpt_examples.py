@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from pipeline.bert_examples import stable_hash
+from corpusforge.hashing import stable_hash
 
 
 @dataclass

@@ -30,7 +30,6 @@ example for the packing decisions, then building, truncating and masking all exa
 """
 from __future__ import annotations
 
-import hashlib
 import re
 from bisect import bisect_left
 from collections import Counter
@@ -41,17 +40,8 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from corpusforge.config import BertConfig
-from pipeline.sentence_tokens import SentenceEncoder
-
-
-def stable_hash(*parts: object) -> int:
-    """64-bit hash of the parts that is identical in every process (Python's ``hash`` is salted)."""
-    data = "\x1f".join(str(part) for part in parts).encode("utf-8")
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
-
-
-def rng_for(*parts: object) -> np.random.Generator:
-    return np.random.Generator(np.random.PCG64(stable_hash(*parts)))
+from corpusforge.hashing import rng_for, stable_hash
+from corpusforge.examples.sentence_tokens import SentenceEncoder
 
 
 @dataclass(frozen=True, slots=True)
