@@ -12,7 +12,8 @@ Training reads a deterministic sample of the documents (a document is kept iff
 ``stable_hash(seed, id)`` falls below the rate that yields ``sample_bytes``, stopping at the cap) so
 memory stays bounded whatever the corpus size. A corpus too small to reach the requested size
 gives a smaller vocabulary: the trainer stops when no pair reaches ``min_frequency``; the actual
-size is what ``vocab_manifest`` reports.
+size is what ``vocab_manifest`` reports. The same texts give byte-identical files in every process
+(see ``train_wordpiece`` for the trainer's hash-map order this works around).
 """
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
+import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -35,35 +37,99 @@ log = logging.getLogger(__name__)
 
 BERT_SPECIALS = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 EOT = "<|endoftext|>"
+WORDPIECE_ALPHABET = 1000  # as HF's BertWordPieceTokenizer: rarer characters stay [UNK]
+ALPHABET_CHUNK_CHARS = 4_000_000  # text normalized and counted at a time when fixing the alphabet
+UNSEEN, SPACE, PUNCT, WORD = -1, 0, 1, 2  # what a character is to BERT's pre-tokenizer
 
 
 def train_wordpiece(texts: Iterable[str], out_dir: Path, vocab_size: int = 30522, lowercase: bool = True, min_frequency: int = 2) -> Path:
-    """Train a BERT WordPiece vocabulary; writes vocab.txt and tokenizer.json into ``out_dir``."""
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
-    tokenizer.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    """Train a BERT WordPiece vocabulary; writes vocab.txt and tokenizer.json into ``out_dir``.
+
+    ``texts`` is read twice (a list, or a re-iterable such as the document sample): once for the
+    alphabet, once by the trainer. HF's trainer numbers the "##" continuation characters in hash-map
+    order, which differs per process, and merges of equally frequent pairs are ordered by those ids,
+    so the same texts gave different vocabularies (ids and even tokens). Fixing the alphabet and
+    the "##" ids before training (``_fixed_alphabet``) makes the files byte-identical every run.
+    """
+    if isinstance(texts, Iterator):
+        texts = list(texts)
+    tokenizer = _wordpiece_tokenizer({}, lowercase)
+    alphabet, continuations = _fixed_alphabet(texts, tokenizer, WORDPIECE_ALPHABET)
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
-        special_tokens=BERT_SPECIALS,
-        limit_alphabet=1000,  # as HF's BertWordPieceTokenizer: rare characters stay [UNK]
+        special_tokens=BERT_SPECIALS + continuations,  # registered first: ids in our order, not the hash map's
+        limit_alphabet=len(alphabet),  # the initial alphabet counts as most frequent: exactly the other characters go
+        initial_alphabet=alphabet,
         continuing_subword_prefix="##",
         show_progress=sys.stderr.isatty(),  # a bar for a person; no stray blank lines in logs and summaries
     )
     tokenizer.train_from_iterator(texts, trainer)
+    vocab = tokenizer.get_vocab(with_added_tokens=False)
+    tokenizer = _wordpiece_tokenizer(vocab, lowercase)  # the "##" entries must not stay added special tokens
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokens = sorted(vocab, key=vocab.__getitem__)
+    atomic_write_bytes(out_dir / "vocab.txt", "".join(f"{token}\n" for token in tokens).encode("utf-8"))
+    atomic_write_bytes(out_dir / "tokenizer.json", tokenizer.to_str().encode("utf-8"))
+    log.info("wordpiece vocabulary: %d tokens (asked %d) in %s", len(tokens), vocab_size, out_dir)
+    return out_dir
+
+
+def _wordpiece_tokenizer(vocab: dict[str, int], lowercase: bool) -> Tokenizer:
+    """BERT's tokenizer around a WordPiece vocabulary (empty to train one)."""
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##"))
+    tokenizer.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.add_special_tokens(BERT_SPECIALS)
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
         pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", tokenizer.token_to_id("[CLS]")), ("[SEP]", tokenizer.token_to_id("[SEP]"))],
+        special_tokens=[("[CLS]", BERT_SPECIALS.index("[CLS]")), ("[SEP]", BERT_SPECIALS.index("[SEP]"))],
     )
     tokenizer.decoder = decoders.WordPiece(prefix="##")
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    vocab = sorted(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda item: item[1])
-    atomic_write_bytes(out_dir / "vocab.txt", "".join(f"{token}\n" for token, _ in vocab).encode("utf-8"))
-    atomic_write_bytes(out_dir / "tokenizer.json", tokenizer.to_str().encode("utf-8"))
-    log.info("wordpiece vocabulary: %d tokens (asked %d) in %s", len(vocab), vocab_size, out_dir)
-    return out_dir
+    return tokenizer
+
+
+def _fixed_alphabet(texts: Iterable[str], tokenizer: Tokenizer, limit: int) -> tuple[list[str], list[str]]:
+    """(alphabet, "##" tokens) as the trainer would pick them, but in code point order.
+
+    The alphabet is the ``limit`` most frequent characters of the normalized words, ties broken by
+    code point (the trainer breaks them in hash-map order); a "##c" token exists for each of them
+    that occurs inside a word. What splits words is asked of the pre-tokenizer itself, per character.
+    """
+    counts = np.zeros(0x110000, dtype=np.int64)
+    kinds = np.full(0x110000, UNSEEN, dtype=np.int8)
+    inside = np.zeros(0x110000, dtype=bool)
+    for chunk in _chunks(texts, ALPHABET_CHUNK_CHARS):
+        points = np.frombuffer(tokenizer.normalizer.normalize_str(chunk).encode("utf-32-le"), dtype=np.uint32)
+        counts += np.bincount(points, minlength=len(counts))
+        for point in np.unique(points[kinds[points] == UNSEEN]):
+            kinds[point] = _char_kind(tokenizer.pre_tokenizer, chr(point))
+        word = kinds[points] == WORD
+        inside[points[1:][word[1:] & word[:-1]]] = True
+    seen = np.flatnonzero((counts > 0) & (kinds != SPACE))  # whitespace never reaches the trainer
+    kept = np.sort(seen[np.argsort(-counts[seen], kind="stable")][:limit])
+    return [chr(point) for point in kept], [f"##{chr(point)}" for point in kept if inside[point]]
+
+
+def _char_kind(pre_tokenizer: pre_tokenizers.PreTokenizer, char: str) -> int:
+    """SPACE (dropped between words), PUNCT (a word of its own) or WORD (part of a word)."""
+    return {1: WORD, 2: SPACE, 3: PUNCT}[len(pre_tokenizer.pre_tokenize_str(f"a{char}a"))]
+
+
+def _chunks(texts: Iterable[str], size: int) -> Iterator[str]:
+    """The texts joined by newlines (a word boundary) into pieces of about ``size`` characters."""
+    batch: list[str] = []
+    length = 0
+    for text in texts:
+        batch.append(text)
+        length += len(text)
+        if length >= size:
+            yield "\n".join(batch)
+            batch, length = [], 0
+    if batch:
+        yield "\n".join(batch)
 
 
 def train_bpe(texts: Iterable[str], out_dir: Path, vocab_size: int = 50257, min_frequency: int = 2) -> Path:
@@ -162,13 +228,21 @@ def train_vocab_from_documents(doc_paths: list[Path], out_dir: Path, cfg: VocabC
     total = _parquet_text_bytes(doc_paths)
     rate = min(1.0, cfg.sample_bytes / total) if total else 1.0
 
-    def sample() -> Iterator[str]:
-        return sample_documents(_parquet_documents(doc_paths), rate, cfg.sample_bytes, cfg.sample_seed)
-
+    sample = _Reread(lambda: sample_documents(_parquet_documents(doc_paths), rate, cfg.sample_bytes, cfg.sample_seed))
     out: dict[str, Path] = {}
     for kind in cfg.kinds:
         if kind == "wordpiece":
-            out[kind] = train_wordpiece(sample(), Path(out_dir) / kind, cfg.wordpiece_vocab_size, cfg.lowercase, cfg.min_frequency)
+            out[kind] = train_wordpiece(sample, Path(out_dir) / kind, cfg.wordpiece_vocab_size, cfg.lowercase, cfg.min_frequency)
         else:
-            out[kind] = train_bpe(sample(), Path(out_dir) / kind, cfg.bpe_vocab_size, cfg.min_frequency)
+            out[kind] = train_bpe(sample, Path(out_dir) / kind, cfg.bpe_vocab_size, cfg.min_frequency)
     return out
+
+
+class _Reread:
+    """The sample as an iterable that streams it afresh each time, rather than holding it in memory."""
+
+    def __init__(self, stream: Callable[[], Iterator[str]]) -> None:
+        self._stream = stream
+
+    def __iter__(self) -> Iterator[str]:
+        return self._stream()

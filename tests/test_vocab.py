@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,3 +126,35 @@ def test_train_vocab_from_documents_samples_the_parquet_files(shared_data, tmp_p
     assert vocab_sha256(again["bpe"]) == first  # same sample, same vocabulary
     (again["bpe"] / "merges.txt").write_text("#version: 0.2\n", encoding="utf-8")
     assert vocab_sha256(again["bpe"]) != first
+
+
+TRAIN_IN_A_PROCESS = """
+import sys
+from pathlib import Path
+from corpusforge.examples.vocab import train_bpe, train_wordpiece
+texts = Path(sys.argv[1]).read_text(encoding="utf-8").split("\\n\\n")
+train_wordpiece(texts, Path(sys.argv[2]) / "wordpiece", vocab_size=3000)
+train_bpe(texts, Path(sys.argv[2]) / "bpe", vocab_size=800)
+"""
+
+
+def test_two_trainings_in_fresh_processes_give_byte_identical_vocabularies(shared_data, tmp_path):
+    """HF's trainer numbers "##" characters in the hash-map order of each process, and 1,165 Yi syllables seen
+    twice each tie at the 1,000-character alphabet limit: without a fixed alphabet the files differ run to run."""
+    rare = [chr(0xA000 + i) for i in range(1165)]
+    texts = [book_text(shared_data, HELD_OUT_BOOK)[:300_000], " ".join(f"x{char}y" for char in rare) * 2]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(texts), encoding="utf-8")
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run([sys.executable, "-c", TRAIN_IN_A_PROCESS, str(corpus), str(tmp_path / seed)], check=True, env=env)
+    files = sorted(path.relative_to(tmp_path / "1") for path in (tmp_path / "1").rglob("*") if path.is_file())
+    assert [str(f) for f in files] == ["bpe/merges.txt", "bpe/tokenizer.json", "bpe/vocab.json", "wordpiece/tokenizer.json", "wordpiece/vocab.txt"]
+    for name in files:
+        assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes(), name
+    vocab = (tmp_path / "1" / "wordpiece" / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert len(vocab) == 3000 and sum(len(token) == 1 and token in rare for token in vocab) < len(rare)  # the limit bit
+    ours = load_tokenizer(tmp_path / "1" / "wordpiece")
+    theirs = BertTokenizerFast(str(tmp_path / "1" / "wordpiece" / "vocab.txt"))
+    for text in [texts[1][:2000], *texts[0].split("\n\n")[:200]]:
+        assert theirs(text)["input_ids"] == ours.encode(text).ids
