@@ -9,19 +9,29 @@ import hashlib
 import json
 import os
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 def temp_path(path: Path) -> Path:
     return path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
 
 
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary name beside ``path`` to write to: renamed onto ``path`` if the block succeeds, removed if not."""
+    temp = temp_path(Path(path))
+    try:
+        yield temp
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path = Path(path)
-    temp = temp_path(path)
-    temp.write_bytes(data)
-    os.replace(temp, path)
+    with atomic_path(path) as temp:
+        temp.write_bytes(data)
 
 
 def write_json_atomic(data: dict[str, Any], path: Path) -> Path:

@@ -15,10 +15,8 @@ before and written after all shards, so a directory without ``manifest.json`` is
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import os
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -26,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from corpusforge.files import atomic_write_bytes, temp_path
+from corpusforge.files import atomic_path, atomic_write_bytes, sha256_file
 from corpusforge.shards.format import MANIFEST_NAME, SHARD_PATTERN, numpy_dtype
 
 KEY = "key"
@@ -38,15 +36,10 @@ def write_ipc(path: Path, table: pa.Table, compression: str | None = None) -> No
     The stream flavour because it is the one ``datasets.Dataset.from_file`` reads; memory-mapped,
     an uncompressed stream is read as zero-copy as an IPC file.
     """
-    temp = temp_path(path)
     options = pa.ipc.IpcWriteOptions(compression=compression)
-    try:
-        with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_stream(sink, table.schema, options=options) as writer:
-            for batch in table.combine_chunks().to_batches(max_chunksize=max(table.num_rows, 1)):
-                writer.write_batch(batch)
-        os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
+    with atomic_path(path) as temp, pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+        for batch in table.combine_chunks().to_batches(max_chunksize=max(table.num_rows, 1)):
+            writer.write_batch(batch)
 
 
 def record_batch(schema: pa.Schema, columns: dict[str, np.ndarray]) -> pa.RecordBatch:
@@ -197,7 +190,7 @@ def write_shards(
                     "examples": table.num_rows,
                     "tokens": int(np.sum(table.column("length").to_numpy(), dtype=np.int64)),
                     "bytes": path.stat().st_size,
-                    "sha256": file_sha256(path),
+                    "sha256": sha256_file(path),
                 }
             )
             progress.update(table.num_rows)
@@ -239,8 +232,3 @@ def _fill_shards(batches: Iterable[pa.RecordBatch], sizes: Sequence[int], schema
     for rest in [current, *stream]:
         if rest is not None and rest.num_rows:
             yield rest
-
-
-def file_sha256(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()

@@ -1,0 +1,22 @@
+"""Atomic writes: a target is either the old bytes or the new ones, and no temporary file is left."""
+from __future__ import annotations
+
+import pytest
+
+from corpusforge.files import atomic_path, atomic_write_bytes, sha256_file
+
+
+def test_atomic_path_replaces_on_success_and_keeps_the_old_file_on_failure(tmp_path):
+    target = tmp_path / "data.bin"
+    atomic_write_bytes(target, b"old")
+    with pytest.raises(OSError, match="disk full"):
+        with atomic_path(target) as temp:
+            temp.write_bytes(b"half")
+            raise OSError("disk full")
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["data.bin"]
+    with atomic_path(target) as temp:
+        assert temp.parent == tmp_path and temp != target
+        temp.write_bytes(b"new")
+        assert target.read_bytes() == b"old"  # nothing visible until the block ends
+    assert target.read_bytes() == b"new" and [p.name for p in tmp_path.iterdir()] == ["data.bin"]
+    assert sha256_file(target) == "11507a0e2f5e69d5dfa40a62a1bd7b6ee57e6bcd85c67c9b8431b36fff21c437"  # sha256(b"new")
