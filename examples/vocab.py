@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 BERT_SPECIALS = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 EOT = "<|endoftext|>"
 WORDPIECE_ALPHABET = 1000  # as HF's BertWordPieceTokenizer: rarer characters stay [UNK]
-ALPHABET_CHUNK_CHARS = 4_000_000  # text normalized and counted at a time when fixing the alphabet
-UNSEEN, SPACE, PUNCT, WORD = -1, 0, 1, 2  # what a character is to BERT's pre-tokenizer
+ALPHABET_CHUNK_CHARS = 4_000_000  # text counted at a time when fixing the alphabet
+CODE_POINTS = 0x110000
 
 
 def train_wordpiece(texts: Iterable[str], out_dir: Path, vocab_size: int = 30522, lowercase: bool = True, min_frequency: int = 2) -> Path:
@@ -96,26 +96,60 @@ def _fixed_alphabet(texts: Iterable[str], tokenizer: Tokenizer, limit: int) -> t
 
     The alphabet is the ``limit`` most frequent characters of the normalized words, ties broken by
     code point (the trainer breaks them in hash-map order); a "##c" token exists for each of them
-    that occurs inside a word. What splits words is asked of the pre-tokenizer itself, per character.
+    that follows another character inside a word. BERT's normalizer maps each character on its own
+    (clean, space out CJK, strip accents, lowercase), so the raw text is counted and each distinct
+    character is normalized and classified once, by the normalizer and pre-tokenizer themselves:
+    normalizing the whole sample through Python would cost as much as training on it.
     """
-    counts = np.zeros(0x110000, dtype=np.int64)
-    kinds = np.full(0x110000, UNSEEN, dtype=np.int8)
-    inside = np.zeros(0x110000, dtype=bool)
+    raw_counts = np.zeros(CODE_POINTS, dtype=np.int64)
+    chars = _CharTable(tokenizer)
     for chunk in _chunks(texts, ALPHABET_CHUNK_CHARS):
-        points = np.frombuffer(tokenizer.normalizer.normalize_str(chunk).encode("utf-32-le"), dtype=np.uint32)
-        counts += np.bincount(points, minlength=len(counts))
-        for point in np.unique(points[kinds[points] == UNSEEN]):
-            kinds[point] = _char_kind(tokenizer.pre_tokenizer, chr(point))
-        word = kinds[points] == WORD
-        inside[points[1:][word[1:] & word[:-1]]] = True
-    seen = np.flatnonzero((counts > 0) & (kinds != SPACE))  # whitespace never reaches the trainer
+        points = np.frombuffer(chunk.encode("utf-32-le"), dtype=np.uint32)
+        counts = np.bincount(points, minlength=CODE_POINTS)
+        chars.learn(np.flatnonzero(counts))
+        raw_counts += counts
+        points = points[~chars.dropped[points]]  # what the normalizer deletes separates nothing
+        joined = chars.word[chars.last[points[:-1]]] & chars.word[chars.first[points[1:]]]
+        chars.inside[chars.first[points[1:]][joined]] = True
+    counts = np.zeros(CODE_POINTS, dtype=np.int64)
+    for point in np.flatnonzero(raw_counts):
+        for char in chars.forms[int(point)]:
+            counts[ord(char)] += raw_counts[point]
+    seen = np.flatnonzero((counts > 0) & ~chars.space)  # whitespace never reaches the trainer
     kept = np.sort(seen[np.argsort(-counts[seen], kind="stable")][:limit])
-    return [chr(point) for point in kept], [f"##{chr(point)}" for point in kept if inside[point]]
+    return [chr(point) for point in kept], [f"##{chr(point)}" for point in kept if chars.inside[point]]
 
 
-def _char_kind(pre_tokenizer: pre_tokenizers.PreTokenizer, char: str) -> int:
-    """SPACE (dropped between words), PUNCT (a word of its own) or WORD (part of a word)."""
-    return {1: WORD, 2: SPACE, 3: PUNCT}[len(pre_tokenizer.pre_tokenize_str(f"a{char}a"))]
+class _CharTable:
+    """Per code point: its normalized form (first and last character, or dropped); per normalized
+    character: whether the pre-tokenizer drops it as space or keeps it inside a word, and whether
+    it was seen following another character of a word."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self.forms: dict[int, str] = {}
+        self.first = np.zeros(CODE_POINTS, dtype=np.uint32)
+        self.last = np.zeros(CODE_POINTS, dtype=np.uint32)
+        self.dropped = np.zeros(CODE_POINTS, dtype=bool)
+        self.word = np.zeros(CODE_POINTS, dtype=bool)
+        self.space = np.zeros(CODE_POINTS, dtype=bool)
+        self.inside = np.zeros(CODE_POINTS, dtype=bool)
+
+    def learn(self, points: np.ndarray) -> None:
+        """Normalize and classify the code points not seen before."""
+        for point in map(int, points):
+            if point in self.forms:
+                continue
+            form = self.forms[point] = self._tokenizer.normalizer.normalize_str(chr(point))
+            for char in form:
+                pieces = len(self._tokenizer.pre_tokenizer.pre_tokenize_str(f"a{char}a"))  # 1: in a word, 2: space, 3: punctuation
+                self.word[ord(char)], self.space[ord(char)] = pieces == 1, pieces == 2
+            for before, char in zip(form, form[1:]):
+                self.inside[ord(char)] |= self.word[ord(before)] and self.word[ord(char)]
+            if form:
+                self.first[point], self.last[point] = ord(form[0]), ord(form[-1])
+            else:
+                self.dropped[point] = True
 
 
 def _chunks(texts: Iterable[str], size: int) -> Iterator[str]:

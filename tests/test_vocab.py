@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from corpusforge.corpora.document import Document
 from corpusforge.corpora.gutenberg import strip_gutenberg
 from corpusforge.config import VocabConfig
 from corpusforge.pipeline.documents_io import documents_table, write_table_atomic
-from corpusforge.examples.vocab import load_tokenizer, sample_documents, train_bpe, train_vocab_from_documents, train_wordpiece, vocab_manifest, vocab_sha256
+from corpusforge.examples.vocab import _fixed_alphabet, _wordpiece_tokenizer, load_tokenizer, sample_documents, train_bpe, train_vocab_from_documents, train_wordpiece, vocab_manifest, vocab_sha256
 
 TRAIN_BOOKS = ["11-0.txt", "35-0.txt", "43-0.txt"]
 HELD_OUT_BOOK = "46-0.txt"
@@ -130,6 +131,7 @@ def test_train_vocab_from_documents_samples_the_parquet_files(shared_data, tmp_p
 
 TRAIN_IN_A_PROCESS = """
 import sys
+from collections import Counter
 from pathlib import Path
 from corpusforge.examples.vocab import train_bpe, train_wordpiece
 texts = Path(sys.argv[1]).read_text(encoding="utf-8").split("\\n\\n")
@@ -158,3 +160,27 @@ def test_two_trainings_in_fresh_processes_give_byte_identical_vocabularies(share
     theirs = BertTokenizerFast(str(tmp_path / "1" / "wordpiece" / "vocab.txt"))
     for text in [texts[1][:2000], *texts[0].split("\n\n")[:200]]:
         assert theirs(text)["input_ids"] == ours.encode(text).ids
+
+
+def exact_alphabet(texts: list[str], tokenizer, limit: int) -> tuple[list[str], list[str]]:
+    """The trainer's alphabet from the words it sees (whole texts normalized and pre-tokenized), ties by code point."""
+    counts: Counter[str] = Counter()
+    inside: set[str] = set()
+    for text in texts:
+        for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(tokenizer.normalizer.normalize_str(text)):
+            counts.update(word)
+            inside.update(word[1:])
+    kept = sorted(sorted(counts, key=lambda char: (-counts[char], ord(char)))[:limit], key=ord)
+    return kept, [f"##{char}" for char in kept if char in inside]
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+@pytest.mark.parametrize("limit", [40, 1000])
+def test_alphabet_from_per_character_normalization_equals_the_whole_text_one(shared_data, lowercase, limit):
+    tricky = (
+        "Ünïcödé façade e\u0301te\u0301 İstanbul ΣΟΦΟΣ σοφος 日本語のテキスト 中文字 한국어 텍스트 emoji🙂inside "
+        "tab\tand\u00a0nbsp zero\u200bwidth ctrl\x01char a\u0301\u0323b ﬁne ǅemal Straße ÅNGSTRÖM x\u2028y"
+    )
+    texts = [book_text(shared_data, HELD_OUT_BOOK)[:50_000], tricky, tricky.upper(), " ".join(f"q{chr(0xA000 + i)}" for i in range(60))]
+    tokenizer = _wordpiece_tokenizer({}, lowercase)
+    assert _fixed_alphabet(texts, tokenizer, limit) == exact_alphabet(texts, tokenizer, limit)
