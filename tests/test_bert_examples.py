@@ -179,9 +179,11 @@ def test_output_depends_only_on_seed_dupe_and_documents(tokenized, vocab):
     first, _, _ = make(part, vocab, dupe=1, seed=3)
     again, _, _ = make(list(reversed(part)), vocab, dupe=1, seed=3)
     other, _, _ = make(part, vocab, dupe=2, seed=3)
+    reseeded, _, _ = make(part, vocab, dupe=1, seed=4)
     for name, column in first.columns().items():
         np.testing.assert_array_equal(column, again.columns()[name])
-    assert len(other) != len(first) or not np.array_equal(other.input_ids, first.input_ids)
+    for changed in (other, reseeded):
+        assert len(changed) != len(first) or not np.array_equal(changed.input_ids, first.input_ids)
 
 
 def test_single_document_corpus_has_only_actual_next_pairs(tokenized, vocab):

@@ -262,3 +262,20 @@ def test_robots_unavailable_missing_and_crawl_delay(pages):
         started = time.monotonic()
         fetch([delayed.url(f"/page/{name}?d={i}") for i in range(3)])
         assert time.monotonic() - started >= 0.6  # three page starts, 0.3 s apart
+
+
+def test_fetches_run_concurrently_up_to_each_limit(pages):
+    """The limits are reached, not only respected: a serial fetcher would take 12 x 0.3 s and never overlap."""
+    name = next(iter(pages))
+    latency = 0.3
+    with LocalServer(pages, latency_s=latency) as slow:
+        urls = [slow.url(f"/page/{name}?n={i}") for i in range(12)]
+        started = time.monotonic()
+        captures = fetch(urls, concurrency=8, per_host_concurrency=3)
+        elapsed = time.monotonic() - started
+        assert [c.status for c in captures] == [200] * 12
+        assert slow.max_in_flight == 3
+        assert elapsed < 0.8 * 12 * latency  # robots.txt then 4 rounds of 3: about 1.5 s
+        slow.max_in_flight = 0
+        fetch(urls, concurrency=4, per_host_concurrency=8)
+        assert slow.max_in_flight == 4

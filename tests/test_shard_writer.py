@@ -66,6 +66,20 @@ def test_range_buckets_are_ordered_ranges(keys, buckets):
     assert (np.diff(owner.astype(np.int64)) >= 0).all() and owner.max() < buckets
 
 
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=200), st.integers(1, 5000))
+@settings(max_examples=200, deadline=None)
+def test_range_bucket_is_the_keys_share_of_the_key_range(highs, buckets):
+    """A key with zero low bits is exactly at ``high / 2**32`` of the range: its bucket is ``floor(key * B / 2**64)``."""
+    keys = np.asarray([high << 32 for high in highs], dtype=np.uint64)
+    assert range_buckets(keys, buckets).tolist() == [(high << 32) * buckets >> 64 for high in highs]
+
+
+def test_range_buckets_span_all_buckets():
+    assert range_buckets(np.array([0, 2**63, 2**64 - 1], dtype=np.uint64), 7).tolist() == [0, 3, 6]
+    keys = np.random.default_rng(0).integers(0, 2**64, 7000, dtype=np.uint64)
+    assert np.bincount(range_buckets(keys, 7), minlength=7).min() > 800  # about 1000 each
+
+
 def test_write_shards_balances_checksums_and_reads_back(tmp_path):
     manifest = write_shards(batches(1003, 100), 1003, SCHEMA, tmp_path, BASE_MANIFEST, target_bytes=10**9, max_examples=250)
     counts = [s["examples"] for s in manifest["shards"]]

@@ -132,6 +132,15 @@ def test_verify_reports_a_corrupted_shard(scratch):
     assert f"{shard}: sha256 mismatch" in result.output
 
 
+def test_verify_reports_a_manifest_checksum_that_is_not_the_files(scratch):
+    manifest = json.loads((scratch / "manifest.json").read_text())
+    manifest["shards"][0]["sha256"] = "0" * 64
+    (scratch / "manifest.json").write_text(json.dumps(manifest))
+    result = runner.invoke(app, ["verify", str(scratch)])
+    assert result.exit_code == 1
+    assert f"{scratch / 'shard-00000-of-00002.arrow'}: sha256 mismatch (manifest 000000000000" in result.output
+
+
 def test_verify_reports_missing_stray_and_miscounted_files(scratch):
     (scratch / "shard-00000-of-00002.arrow").unlink()
     (scratch / "shard-00002-of-00002.arrow.tmp-0a1b").write_bytes(b"half written")

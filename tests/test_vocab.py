@@ -184,3 +184,17 @@ def test_alphabet_from_per_character_normalization_equals_the_whole_text_one(sha
     texts = [book_text(shared_data, HELD_OUT_BOOK)[:50_000], tricky, tricky.upper(), " ".join(f"q{chr(0xA000 + i)}" for i in range(60))]
     tokenizer = _wordpiece_tokenizer({}, lowercase)
     assert _fixed_alphabet(texts, tokenizer, limit) == exact_alphabet(texts, tokenizer, limit)
+
+
+def test_sample_keeps_about_the_rate_and_the_seed_decides_which():
+    docs = [(f"doc-{i}", f"doc-{i}") for i in range(4000)]  # text = id: the sample shows which documents it took
+
+    def taken(rate: float, seed: int) -> list[str]:
+        return list(sample_documents(docs, rate, 10**9, seed))
+
+    assert taken(0.0, 0) == []
+    tenth, fifth, other_seed = taken(0.1, 0), taken(0.2, 0), taken(0.1, 1)
+    assert 300 < len(tenth) < 500 and 700 < len(fifth) < 900 and 300 < len(other_seed) < 500  # binomial, +-5 sd
+    assert set(tenth) < set(fifth)  # a higher rate keeps what a lower one kept
+    assert len(set(tenth) & set(other_seed)) < 100  # another seed, another sample (about 40 in common)
+    assert tenth == [text for _, text in docs if text in set(tenth)]  # in input order

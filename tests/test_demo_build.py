@@ -1,0 +1,100 @@
+"""The bundled demo built as a user builds it (``corpusforge build configs/demo.toml``), judged by what it leaves:
+files that verify, a summary whose figures are the files', a manifest whose checksums are the files', and the
+same bytes from a second build. Every stage runs: sources, clean, dedup, near_dedup, vocab, bert, gpt."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from corpusforge.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "configs" / "demo.toml"
+runner = CliRunner()
+
+
+def cli_build(out: Path) -> str:
+    result = runner.invoke(app, ["build", str(DEMO), "--set", f"run.output_dir={json.dumps(str(out))}"])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def table_rows(summary: str, columns: int) -> list[list[str]]:
+    """The body rows of Rich tables with ``columns`` columns, as stripped cell texts."""
+    rows = [[cell.strip() for cell in line.strip().strip("│").split("│")] for line in summary.splitlines() if line.lstrip().startswith("│")]
+    return [row for row in rows if len(row) == columns]
+
+
+def parquet_rows(folder: Path, columns: list[str]) -> list[dict]:
+    return pq.read_table(sorted(folder.glob("part-*.parquet")), columns=columns).to_pylist()
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("demo") / "out"
+    return out, cli_build(out)
+
+
+def test_every_stage_leaves_outputs_that_verify(demo):
+    out, _ = demo
+    for task in ("bert", "gpt"):
+        result = runner.invoke(app, ["shards", "verify", str(out / "shards" / task)])
+        assert result.exit_code == 0 and "OK" in result.output, result.output
+        assert json.loads((out / "shards" / task / "manifest.json").read_text())["totals"]["examples"] > 0
+    wordpiece = (out / "vocab" / "wordpiece" / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert wordpiece[0] == "[PAD]" and wordpiece[100:104] == ["[UNK]", "[CLS]", "[SEP]", "[MASK]"] and len(wordpiece) > 1000
+    bpe = json.loads((out / "vocab" / "bpe" / "vocab.json").read_text(encoding="utf-8"))
+    assert bpe["<|endoftext|>"] == len(bpe) - 1
+    reasons = Counter(row["reason"] for row in parquet_rows(out / "rejects", ["reason"]))
+    assert reasons["near_duplicate"] >= 1 and reasons["duplicate"] >= 1 and reasons["language"] >= 1  # near_dedup, dedup, clean
+
+
+def test_summary_figures_are_the_outputs(demo):
+    out, summary = demo
+    documents = Counter(row["source"] for row in parquet_rows(out / "documents", ["source"]))
+    rejects = Counter((row["source"], row["reason"]) for row in parquet_rows(out / "rejects", ["source", "reason"]))
+    sources = {row[0]: row[1:4] for row in table_rows(summary, 6) if row[0] in ("books", "wikipedia")}
+    assert set(sources) == {"books", "wikipedia"}
+    for source, (inputs, kept, rejected) in sources.items():
+        dropped = sum(count for (where, _), count in rejects.items() if where == source)
+        assert (int(inputs), int(kept), int(rejected)) == (documents[source] + dropped, documents[source], dropped)
+    reasons = {(row[0], row[1]): int(row[2]) for row in table_rows(summary, 3) if row[0] in ("books", "wikipedia")}
+    assert reasons == dict(rejects)
+    for task in ("bert", "gpt"):
+        totals = json.loads((out / "shards" / task / "manifest.json").read_text())["totals"]
+        line = re.search(rf"{task} shards: ([\d,]+) examples, ([\d,]+) tokens", summary)
+        assert line and [int(n.replace(",", "")) for n in line.groups()] == [totals["examples"], totals["tokens"]]
+
+
+def test_run_manifest_checksums_are_the_files(demo):
+    out, _ = demo
+    manifest = json.loads((out / "manifest.json").read_text())
+    written = sorted(str(path.relative_to(out)) for folder in ("documents", "rejects") for path in (out / folder).iterdir())
+    assert sorted(entry["path"] for entry in manifest["outputs"]) == written
+    for entry in manifest["outputs"]:
+        assert entry["sha256"] == sha256(out / entry["path"]) and entry["bytes"] == (out / entry["path"]).stat().st_size
+    samples = ROOT / "corpusforge" / "samples"
+    assert len(manifest["inputs"]) == len([p for p in samples.rglob("*") if p.suffix in (".txt", ".xml")])
+    for entry in manifest["inputs"]:
+        assert entry["sha256"] == sha256(Path(entry["path"]))
+
+
+def test_a_second_build_writes_the_same_bytes(demo, tmp_path):
+    out, _ = demo
+    again = tmp_path / "again"
+    cli_build(again)
+    made = sorted(path.relative_to(out) for path in out.rglob("*") if path.is_file() and path.name != "manifest.json")
+    assert [str(p) for p in made if p.suffix == ".arrow"] == ["shards/bert/shard-00000-of-00001.arrow", "shards/gpt/shard-00000-of-00001.arrow"]
+    assert made == sorted(path.relative_to(again) for path in again.rglob("*") if path.is_file() and path.name != "manifest.json")
+    assert [p for p in made if sha256(out / p) != sha256(again / p)] == []
