@@ -282,3 +282,23 @@ def test_beam_stage_writes_identical_shards_on_every_runner(parquet_documents, v
     # Globally shuffled: both labels appear in every stretch of the order, not in runs per bucket.
     assert all(0.3 < chunk.mean() < 0.7 for chunk in np.array_split(labels, 4))
     assert_hf_reads_like_pyarrow(manifest.shard_path(manifest.shards[-1]), tmp_path / "hf")
+
+
+def test_sentences_without_tokens_are_dropped_and_counted(vocab_dir, vocab):
+    encoder = SentenceEncoder(load_tokenizer(vocab_dir), vocab.id_dtype)
+    docs, counters = tokenize_documents(encoder, [("a", ["Hello there.", "", "   ", "Goodbye now."]), ("b", ["", "\u200b"])])
+    assert [doc.id for doc in docs] == ["a"] and len(docs[0].offsets) == 3  # two sentences left
+    assert (np.diff(docs[0].offsets) > 0).all()
+    assert (counters["empty_sentences"], counters["empty_documents"], counters["sentences"], counters["documents"]) == (4, 1, 2, 2)
+
+
+def test_short_examples_predict_one_token_and_an_empty_bucket_gives_empty_columns(vocab):
+    docs = [TokenizedDocument(f"d{i}", np.arange(1000 + 10 * i, 1006 + 10 * i).astype(vocab.id_dtype), np.array([0, 2, 4, 6])) for i in range(8)]
+    examples, _, cfg = make(docs, vocab)
+    lengths = examples.length.astype(np.int64)
+    assert len(examples) >= 8 and (lengths < 10).sum() >= 5  # 0.15 x length rounds to 1 or less: one prediction
+    np.testing.assert_array_equal(examples.masked_lm_weights.sum(axis=1), np.maximum(1, np.round(lengths * cfg.masked_lm_prob)))
+    empty, counters, cfg = make([], vocab)
+    assert len(empty) == 0 and counters["examples"] == 0
+    assert empty.input_ids.shape == (0, cfg.max_seq_length) and empty.masked_lm_positions.shape == (0, cfg.max_predictions_per_seq)
+    assert all(len(column) == 0 for column in empty.columns().values())

@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from datasketch import MinHash
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from corpusforge.corpora.minhash import (
     MAX_HASH,
     MinHasher,
+    _position_key,
     _shingle_slices,
     band_keys,
     candidate_probability,
@@ -52,7 +53,7 @@ def test_signatures_identical_to_datasketch_on_book_chunks(book_docs, base_hash)
 
 def test_sha1_variant_matches_datasketch_defaults(book_docs):
     """With no hashfunc datasketch uses sha1_hash32: "sha1" signatures are interchangeable with those."""
-    ours = MinHasher(128, seed=1, base_hash="sha1").signature(book_docs[0])
+    ours = MinHasher(base_hash="sha1").signature(book_docs[0])  # our defaults: 128 permutations, seed 1
     assert np.array_equal(ours.astype(np.uint64), datasketch_signature(book_docs[0]))
 
 
@@ -143,6 +144,8 @@ def exact_hash_values(hasher: MinHasher, hashes: np.ndarray) -> np.ndarray:
 
 
 @settings(max_examples=80, deadline=None)
+@example([], 0, MAX_HASH - 10, [0])  # one shingle whose low word is near 2^32: the bound must not wrap to 0
+@example([], 3, MAX_HASH - 14, [0, 6])
 @given(
     st.lists(st.integers(0, MAX_HASH), max_size=30),
     st.integers(0, 63),
@@ -195,8 +198,9 @@ def test_lsh_params_and_s_curve():
     assert candidate_probability(0.5, bands, rows) < 0.1
     probabilities = [candidate_probability(s / 10, bands, rows) for s in range(1, 11)]
     assert probabilities == sorted(probabilities) and probabilities[-1] == 1.0
-    table = s_curve_table(bands, rows)
-    assert f"{bands} bands x {rows} rows" in table and "s=0.8" in table
+    table = s_curve_table(bands, rows).splitlines()
+    assert f"{bands} bands x {rows} rows" in table[0]
+    assert table[1:] == [f"  s={s / 10:.1f}  P={p:.4f}" for s, p in zip(range(1, 11), probabilities)]
     assert lsh_params(0.5, 128)[1] < rows  # a lower threshold needs fewer rows per band
 
 
@@ -223,3 +227,9 @@ def test_exact_jaccard_matches_python_sets(book_docs):
     assert jaccard(shingle_set(a), shingle_set(b)) == pytest.approx(len(sa & sb) / len(sa | sb))
     assert len(shingle_set(a)) == len(sa)
     assert jaccard(shingle_set(""), shingle_set("")) == 1.0
+
+
+def test_every_word_position_has_an_odd_multiplier():
+    """Odd multipliers are invertible mod 2^64: a shingle's hash changes whenever any one word's hash changes."""
+    assert all(_position_key(position) % 2 == 1 for position in range(64))
+    assert len({_position_key(position) for position in range(64)}) == 64
