@@ -16,6 +16,7 @@ from corpusforge.config import GptConfig, ShardsConfig
 from corpusforge.pipeline.documents_io import documents_table, write_table_atomic
 from corpusforge.pipeline.examples_stage import write_gpt_shards
 from corpusforge.examples.gpt_examples import cut_windows
+from corpusforge.hashing import stable_hash
 from corpusforge.examples.vocab import load_tokenizer
 from corpusforge.shards.reader import column_view, open_shard, read_manifest
 from shard_factory import assert_hf_reads_like_pyarrow, gpt_tokenizer_json
@@ -106,3 +107,17 @@ def test_beam_stage_accounts_for_every_token(book_parquet, bpe_dir, tmp_path, ke
 
 def documents_text(paths: list[Path]) -> list[str]:
     return [text for path in paths for text in pq.read_table(path, columns=["text"]).column("text").to_pylist()]
+
+
+def test_documents_follow_the_seeded_order_of_their_ids():
+    """Each document is tagged by its own tokens, so the stream shows the order: stable_hash(seed, id), not input
+    order or content; another seed gives another order."""
+    docs = [(f"doc-{i}", np.array([i + 1] * 3, dtype=np.uint16)) for i in range(20)]
+    orders = []
+    for seed in (0, 1):
+        windows, _ = cut_windows(docs, EOT, 7, True, seed)
+        stream = np.concatenate([row[:n] for row, n in zip(windows.input_ids, windows.length)])
+        order = [f"doc-{int(token) - 1}" for token in stream[::4]]  # 3 tokens and <|endoftext|> per document
+        assert order == sorted((doc_id for doc_id, _ in docs), key=lambda doc_id: stable_hash(seed, doc_id))
+        orders.append(order)
+    assert orders[0] != orders[1]
