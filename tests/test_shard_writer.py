@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corpusforge.files import sha256_file
-from corpusforge.shards.format import MANIFEST_NAME, gpt_schema
+from corpusforge.shards.format import MANIFEST_NAME, bert_schema, gpt_schema
 from corpusforge.shards.reader import open_shard, read_manifest
 from corpusforge.shards.writer import (
     iter_sorted_buckets,
@@ -171,3 +171,16 @@ def test_manifest_is_valid_json_with_the_format_layout(tmp_path):
     data = json.loads((tmp_path / MANIFEST_NAME).read_text())
     assert set(data) == {"format_version", "task", "params", "vocab", "schema", "shards", "totals"}
     assert set(data["shards"][0]) == {"file", "examples", "tokens", "bytes", "sha256"}
+
+
+def test_row_bytes_are_the_bytes_of_one_example():
+    assert row_bytes(SCHEMA) == (SEQ_LEN + 1) * 2 + 4  # uint16 ids, uint32 length
+    assert record_batch(SCHEMA, windows(10)).nbytes == 10 * row_bytes(SCHEMA)
+    assert row_bytes(gpt_schema(SEQ_LEN, 70_000)) == (SEQ_LEN + 1) * 4 + 4  # int32 ids past 65,535 tokens
+    assert row_bytes(bert_schema(128, 20, 30522)) == 128 * 2 + 2 + 2 + 20 * 2 + 20 * 2 + 20 * 4 + 1
+
+
+def test_shards_go_into_a_folder_that_does_not_exist_yet(tmp_path):
+    out = tmp_path / "run" / "shards" / "gpt"
+    write_shards(batches(10, 10), 10, SCHEMA, out, BASE_MANIFEST, target_bytes=10**9)
+    assert read_manifest(out).totals["examples"] == 10
