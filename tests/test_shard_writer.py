@@ -174,7 +174,7 @@ def test_manifest_is_valid_json_with_the_format_layout(tmp_path):
 
 
 def test_row_bytes_are_the_bytes_of_one_example():
-    assert row_bytes(SCHEMA) == (SEQ_LEN + 1) * 2 + 4  # uint16 ids, uint32 length
+    assert row_bytes(SCHEMA) == (SEQ_LEN + 1) * 2 + 4 and isinstance(row_bytes(SCHEMA), int)  # uint16 ids, uint32 length
     assert record_batch(SCHEMA, windows(10)).nbytes == 10 * row_bytes(SCHEMA)
     assert row_bytes(gpt_schema(SEQ_LEN, 70_000)) == (SEQ_LEN + 1) * 4 + 4  # int32 ids past 65,535 tokens
     assert row_bytes(bert_schema(128, 20, 30522)) == 128 * 2 + 2 + 2 + 20 * 2 + 20 * 2 + 20 * 4 + 1
