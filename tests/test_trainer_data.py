@@ -292,3 +292,15 @@ def test_data_wait_timer_separates_waiting_from_computing():
     assert computing.fraction() < 0.3
     computing.reset()
     assert computing.waited == 0.0
+
+
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=8), st.data())
+@settings(max_examples=200, deadline=None)
+def test_shard_bounds_cut_the_range_into_each_shards_rows(sizes, data):
+    total = sum(sizes)
+    lo = data.draw(st.integers(0, total))
+    hi = data.draw(st.integers(lo, total))
+    bounds = shard_bounds(sizes, (lo, hi))
+    rows = [offset + row for offset, size, (first, end) in zip(np.cumsum([0, *sizes]), sizes, bounds) for row in range(first, end)]
+    assert rows == list(range(lo, hi))
+    assert all(0 <= first <= end <= size for size, (first, end) in zip(sizes, bounds))  # an empty share is (x, x), never (0, -1)
