@@ -304,3 +304,9 @@ def test_shard_bounds_cut_the_range_into_each_shards_rows(sizes, data):
     rows = [offset + row for offset, size, (first, end) in zip(np.cumsum([0, *sizes]), sizes, bounds) for row in range(first, end)]
     assert rows == list(range(lo, hi))
     assert all(0 <= first <= end <= size for size, (first, end) in zip(sizes, bounds))  # an empty share is (x, x), never (0, -1)
+
+
+@pytest.mark.parametrize("example_range", [(-1, 100), (0, N + 1), (600, 500)])
+def test_an_example_range_outside_the_manifest_is_refused(shard_dir, example_range):
+    with pytest.raises(ValueError, match="outside the manifest's 1000 examples"):
+        ShardStream(shard_dir, 8, example_range=example_range)
