@@ -33,7 +33,7 @@ import re
 import sys
 import tarfile
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -125,7 +125,7 @@ def host_of(url: str) -> str:
 
 def host_repeats(results: list[str | None], pages: list[Page]) -> int:
     """Paragraph occurrences beyond the first page of their host (site-wide text in the build)."""
-    seen: dict[tuple[str, str], int] = Counter()
+    seen: Counter[tuple[str, str]] = Counter()
     for text, (url, _, _) in zip(results, pages):
         paragraphs_ = {" ".join(w) for line in (text or "").splitlines() if len(w := folded_words(line)) >= HOST_PARAGRAPH_WORDS}
         for paragraph in paragraphs_:
