@@ -174,7 +174,8 @@ class ExtractConfig(Section):
     favor: Literal["precision", "balanced", "recall"] = "balanced"  # trafilatura's default and its evaluation setting
     include_tables: bool = True  # the annotated main text of many pages is in tables (recipes, fact boxes)
     fast: bool = True  # False adds readability/jusText comparison: F1 +0.006 on the evaluation set, ~1.75x the CPU
-    lead_from_description: bool = True  # prepend <meta name=description> when the extraction lacks it (the page's lead)
+    navigation_fallback: bool = True  # retry with fast=False when the fast path returns the site's menu
+    lead_from_description: bool = False  # prepend a visible, host-unique meta description the extraction lacks
     fix_unicode: bool = True  # ftfy
     languages: list[str] = Field(default_factory=lambda: ["en"])  # ISO 639-1 codes; empty keeps every language
     min_language_confidence: float = 0.5
