@@ -95,7 +95,7 @@ def documents_graph(p: beam.Pipeline, cfg: Config, work: Path) -> None:
     reject_counters = (
         reject_streams
         | "AllRejects" >> beam.Flatten()
-        | "WriteRejects" >> WriteRejects(str(out / "rejects"), cfg.run.rejects_per_part)
+        | "WriteRejects" >> WriteRejects(str(out / "rejects"), cfg.run.reject_parts)
     )
     write_counters({"read": read_counters, "documents": document_counters, "rejects": reject_counters}, str(work / "counters.json"))
 

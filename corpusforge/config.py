@@ -30,7 +30,7 @@ class RunConfig(Section):
     direct_num_workers: int = Field(0, ge=0)
     beam_args: list[str] = Field(default_factory=list)  # passed through verbatim (--project, --temp_location, ...)
     part_bytes: int = Field(128 << 20, ge=1)  # text per documents Parquet part: parts = ceil(bytes / this), split by id hash
-    rejects_per_part: int = Field(250_000, ge=1)  # reject records per rejects Parquet part
+    reject_parts: int = Field(4, ge=1)  # Parquet files of rejects (~100 bytes a record), split by id hash
 
     @field_validator("stages")
     @classmethod

@@ -169,8 +169,20 @@ class ConnectedComponents(beam.PTransform):
             | "Residual" >> beam.FlatMap(residual)
             | "DistinctResidual" >> beam.Distinct()
         )
-        fix = leftover | "AllResidual" >> beam.combiners.ToList() | "UnionFind" >> beam.Map(_union_find)
-        return labels | "Resolve" >> beam.Map(lambda nl, m: (nl[0], m.get(nl[1], nl[1])), m=beam.pvalue.AsSingleton(fix))
+        # The residual graph is gathered under one key and resolved there; its roots are joined back by
+        # label (a join, not a side input: the DaskRunner recomputes side inputs inside every task).
+        roots = (
+            leftover
+            | "OneKey" >> beam.Map(lambda edge: (0, edge))
+            | "AllResidual" >> beam.GroupByKey()
+            | "UnionFind" >> beam.FlatMap(lambda item: _union_find(list(item[1])).items())
+        )
+        by_label = labels | "ByLabel" >> beam.Map(lambda nl: (nl[1], nl[0]))
+        return (
+            {"node": by_label, "root": roots}
+            | "JoinRoots" >> beam.CoGroupByKey()
+            | "Resolve" >> beam.FlatMap(lambda item: [(node, min(item[1]["root"], default=item[0])) for node in item[1]["node"]])
+        )
 
 
 class _PropagateAndJump(beam.PTransform):

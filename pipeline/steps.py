@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import apache_beam as beam
-import pyarrow.compute as pc
 
 from corpusforge.config import BooksConfig, CleanConfig, NearDedupConfig, WikipediaConfig
 from corpusforge.corpora.books import list_book_files, read_book
@@ -139,22 +138,29 @@ class ExactDedup(beam.PTransform):
         return grouped | "Kept" >> beam.FlatMap(only, REF), grouped | "Duplicates" >> beam.FlatMap(only, REJECT)
 
 
-def _one_key(value: object) -> tuple[int, object]:
-    return 0, value
-
-
-def total_of(values: beam.PCollection, label: str) -> beam.pvalue.AsSingleton:
-    """The sum of a PCollection of numbers as a side input (one GroupByKey: every runner agrees on it)."""
-    return beam.pvalue.AsSingleton(
-        values
-        | f"{label}OneKey" >> beam.Map(_one_key)
-        | f"{label}Gather" >> beam.GroupByKey()
-        | f"{label}Sum" >> beam.Map(lambda item: sum(item[1]))
-    )
-
-
 def parts_for(total: int, per_part: int) -> int:
     return max(1, math.ceil(total / per_part))
+
+
+def _rows(item: tuple[str, Iterable[DocRef]]) -> tuple[str, list[tuple[int, str, int]]]:
+    """A spill file's surviving (row, id, bytes)."""
+    return item[0], sorted((r.row, r.id, r.nbytes) for r in item[1])
+
+
+def _part_count(item: tuple[int, Iterable[tuple[str, int]]], part_bytes: int) -> Iterator[tuple[str, int]]:
+    """Every spill file learns the part count from the survivors' total bytes (gathered under one key)."""
+    files = list(item[1])
+    parts = parts_for(sum(size for _, size in files), part_bytes)
+    for spill, _ in files:
+        yield spill, parts
+
+
+def _scatter(item: tuple[str, dict[str, list]], scatter_dir: str) -> list[tuple[tuple[int, int], str]]:
+    spill, group = item
+    (parts,) = group["parts"]
+    (rows,) = group["rows"]
+    kept = [(row, part_of(doc_id, parts)) for row, doc_id, _ in rows]
+    return [((part, parts), path) for part, path in scatter(spill, kept, Path(scatter_dir))]
 
 
 class _WriteDocumentPart(beam.DoFn):
@@ -167,11 +173,7 @@ class _WriteDocumentPart(beam.DoFn):
         (index, parts), pieces = item
         table = gather_part(pieces)
         write_table_atomic(table, f"{self.directory.rstrip('/')}/{PART_PATTERN.format(index=index, count=parts)}")
-        counters: Counter[str] = Counter()
-        for source in pc.unique(table["source"]).to_pylist():
-            texts = table.filter(pc.equal(table["source"], source))["text"]
-            counters[f"{source}.documents"] += len(texts)
-        yield dict(counters)
+        yield dict(Counter(f"{source}.documents" for source in table["source"].to_pylist()))
 
 
 class WriteDocuments(beam.PTransform):
@@ -179,6 +181,7 @@ class WriteDocuments(beam.PTransform):
 
     The part count comes from the survivors' total size, so parts are sized by bytes; each spill
     file's survivors are scattered to per-part pieces, then each part is gathered and sorted by id.
+    Joins, not side inputs, carry the part count (the DaskRunner recomputes side inputs per task).
     Yields one counters dict per part.
     """
 
@@ -187,48 +190,42 @@ class WriteDocuments(beam.PTransform):
         self.directory, self.scatter_dir, self.part_bytes = directory, scatter_dir, part_bytes
 
     def expand(self, refs: beam.PCollection) -> beam.PCollection:
-        part_bytes, scatter_dir = self.part_bytes, Path(self.scatter_dir)
-        total = total_of(refs | "Bytes" >> beam.Map(lambda r: r.nbytes), "Bytes")
-
-        def row_and_part(ref: DocRef, total: int) -> tuple[str, tuple[int, int]]:
-            return ref.spill, (ref.row, part_of(ref.id, parts_for(total, part_bytes)))
-
-        def pieces(item: tuple[str, Iterable[tuple[int, int]]], total: int) -> list[tuple[tuple[int, int], str]]:
-            parts = parts_for(total, part_bytes)
-            return [((part, parts), path) for part, path in scatter(item[0], item[1], scatter_dir)]
-
+        rows = refs | "BySpillFile" >> beam.Map(lambda r: (r.spill, r)) | "GroupSpill" >> beam.GroupByKey() | "Rows" >> beam.Map(_rows)
+        parts = (
+            rows
+            | "FileBytes" >> beam.Map(lambda item: (0, (item[0], sum(size for _, _, size in item[1]))))
+            | "AllFiles" >> beam.GroupByKey()
+            | "PartCount" >> beam.FlatMap(_part_count, self.part_bytes)
+        )
         return (
-            refs
-            | "RowAndPart" >> beam.Map(row_and_part, total=total)
-            | "BySpillFile" >> beam.GroupByKey()
-            | "Scatter" >> beam.FlatMap(pieces, total=total)
+            {"rows": rows, "parts": parts}
+            | "JoinPartCount" >> beam.CoGroupByKey()
+            | "Scatter" >> beam.FlatMap(_scatter, self.scatter_dir)
             | "ByPart" >> beam.GroupByKey()
             | "WritePart" >> beam.ParDo(_WriteDocumentPart(self.directory))
         )
 
 
 class WriteRejects(beam.PTransform):
-    """Rejects -> ``ceil(count / per_part)`` Parquet parts by id hash, each sorted; yields per-part counters."""
+    """Rejects -> ``parts`` Parquet files by id hash, each sorted by id; yields per-part counters.
 
-    def __init__(self, directory: str, per_part: int) -> None:
+    A fixed count (rejects are ~100 bytes each), so no global count has to reach every record first.
+    """
+
+    def __init__(self, directory: str, parts: int) -> None:
         super().__init__()
-        self.directory, self.per_part = directory, per_part
+        self.directory, self.parts = directory, parts
 
     def expand(self, rejects: beam.PCollection) -> beam.PCollection:
-        directory, per_part = self.directory.rstrip("/"), self.per_part
-        total = total_of(rejects | "One" >> beam.Map(lambda r: 1), "Count")
+        directory, parts = self.directory.rstrip("/"), self.parts
 
-        def write(item: tuple[tuple[int, int], Iterable[Reject]]) -> dict:
-            (index, parts), records = item
+        def write(item: tuple[int, Iterable[Reject]]) -> dict:
+            index, records = item
             table = rejects_table(records)
             write_table_atomic(table, f"{directory}/{PART_PATTERN.format(index=index, count=parts)}")
             return dict(Counter(f"{s}.rejects.{r}" for s, r in zip(table["source"].to_pylist(), table["reason"].to_pylist())))
 
-        def keyed(reject: Reject, total: int) -> tuple[tuple[int, int], Reject]:
-            parts = parts_for(total, per_part)
-            return (part_of(reject.id, parts), parts), reject
-
-        return rejects | "ByPart" >> beam.Map(keyed, total=total) | "GroupParts" >> beam.GroupByKey() | "Write" >> beam.Map(write)
+        return rejects | "ByPart" >> beam.Map(lambda r: (part_of(r.id, parts), r)) | "GroupParts" >> beam.GroupByKey() | "Write" >> beam.Map(write)
 
 
 def merge_counters(parts: Iterable[dict]) -> dict[str, int]:
