@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import os
-import uuid
+import logging
+from collections import Counter
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,6 +23,11 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.bufferedreaders import ChunkedDataReader
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
+
+from corpusforge.corpora.document import count_input
+from corpusforge.files import atomic_path
+
+log = logging.getLogger(__name__)
 
 REQUEST_URI = "WARC-Corpusforge-Request-URI"
 FAILURE_TYPE = "application/vnd.corpusforge.failure+json"
@@ -49,14 +55,21 @@ class Capture:
 
 
 class WarcFile:
-    """Append captures to ``path`` (gzip per record); visible only after ``close`` renames it."""
+    """Append captures to ``path`` (gzip per record) inside a ``with`` block; the file appears only
+    when the block ends normally (``corpusforge.files.atomic_path``)."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self._stack = ExitStack()
+
+    def __enter__(self) -> "WarcFile":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.path.with_name(f"{self.path.name}.tmp-{uuid.uuid4().hex}")
-        self.stream = self.tmp.open("wb")
+        with ExitStack() as stack:
+            temp = stack.enter_context(atomic_path(self.path))
+            self.stream = stack.enter_context(temp.open("wb"))
+            self._stack = stack.pop_all()
         self.writer = WARCWriter(self.stream, gzip=True)
+        return self
 
     def write(self, capture: Capture) -> Capture:
         """Write one capture; returns it with its WARC-Record-ID filled in."""
@@ -81,19 +94,8 @@ class WarcFile:
         record_id = record.rec_headers.get_header("WARC-Record-ID")
         return dataclasses.replace(capture, record_id=record_id)
 
-    def close(self) -> None:
-        self.stream.close()
-        os.replace(self.tmp, self.path)
-
-    def abort(self) -> None:
-        self.stream.close()
-        self.tmp.unlink(missing_ok=True)
-
-    def __enter__(self) -> "WarcFile":
-        return self
-
-    def __exit__(self, kind: object, *_: object) -> None:
-        self.abort() if kind else self.close()
+    def __exit__(self, *exc_info: object) -> None:
+        self._stack.__exit__(*exc_info)  # type: ignore[arg-type]
 
 
 def _payload(record, max_bytes: int) -> bytes:  # type: ignore[no-untyped-def]
@@ -102,6 +104,13 @@ def _payload(record, max_bytes: int) -> bytes:  # type: ignore[no-untyped-def]
     if record.http_headers and "chunked" in (record.http_headers.get_header("Transfer-Encoding") or "").lower():
         stream = ChunkedDataReader(stream, decomp_type=None)
     return stream.read(max_bytes + 1)
+
+
+def _is_capture(record) -> bool:  # type: ignore[no-untyped-def]
+    """A fetch outcome: a response, or one of our failure records (not requests, warcinfo, ...)."""
+    if record.rec_type == "response":
+        return True
+    return record.rec_type == "metadata" and record.rec_headers.get_header("Content-Type") == FAILURE_TYPE
 
 
 def _to_capture(record, max_bytes: int) -> Capture | None:  # type: ignore[no-untyped-def]
@@ -120,13 +129,39 @@ def _to_capture(record, max_bytes: int) -> Capture | None:  # type: ignore[no-un
     return None
 
 
-def iter_captures(path: Path, max_bytes: int = 20_000_000) -> Iterator[Capture]:
-    """Every response or failure record of one WARC, in file order."""
-    with Path(path).open("rb") as stream:
-        for record in ArchiveIterator(stream):
-            capture = _to_capture(record, max_bytes)
-            if capture is not None:
-                yield capture
+def iter_captures(path: Path, max_bytes: int = 20_000_000, counts: Counter[str] | None = None) -> Iterator[Capture]:
+    """Every response or failure record of one WARC, in file order, each counted into
+    ``counts["inputs"]`` as it is read. A record that cannot be read is a capture with reason
+    ``malformed_record``; damage that ends the file (a cut, bad gzip) one ``corrupt_input`` capture
+    after the records before it, so a damaged WARC never stops a build."""
+    path = Path(path)
+    with path.open("rb") as stream:
+        records = ArchiveIterator(stream)
+        while True:
+            try:
+                record = next(records, None)
+            except Exception as error:  # noqa: BLE001 - warcio raises many types on damaged input
+                count_input(counts)
+                yield Capture(url=str(path), reason="corrupt_input", detail=_describe(error))
+                return
+            if record is None:
+                return
+            if not _is_capture(record):
+                continue
+            count_input(counts)
+            try:
+                capture = _to_capture(record, max_bytes)
+            except Exception as error:  # noqa: BLE001 - one bad record must not end the file
+                capture = None
+                detail = _describe(error)
+            else:
+                detail = "" if capture is not None else "response record without HTTP headers"
+            url = record.rec_headers.get_header(REQUEST_URI) or record.rec_headers.get_header("WARC-Target-URI")
+            yield capture or Capture(url=url or str(path), reason="malformed_record", detail=detail)
+
+
+def _describe(error: BaseException) -> str:
+    return " ".join(f"{type(error).__name__}: {error}".split())[:300]
 
 
 def warc_files(warc_dir: Path) -> list[Path]:
@@ -137,24 +172,27 @@ def warc_files(warc_dir: Path) -> list[Path]:
 
 
 def index_warcs(warc_dir: Path) -> dict[str, tuple[Path, int]]:
-    """Requested URL -> (file, record offset). A response beats a failure; else the later file wins."""
+    """Requested URL -> (file, record offset). A response beats a failure; else the later file wins.
+    A damaged file is indexed up to its damage (what is not found is fetched again)."""
     index: dict[str, tuple[Path, int]] = {}
     succeeded: set[str] = set()
     for path in warc_files(warc_dir):
         with path.open("rb") as stream:
             records = ArchiveIterator(stream)
-            for record in records:
-                headers = record.rec_headers
-                is_response = record.rec_type == "response"
-                is_failure = record.rec_type == "metadata" and headers.get_header("Content-Type") == FAILURE_TYPE
-                if not (is_response or is_failure):
-                    continue
-                url = headers.get_header(REQUEST_URI) or headers.get_header("WARC-Target-URI") or ""
-                if url in succeeded and not is_response:
-                    continue
-                index[url] = (path, records.get_record_offset())
-                if is_response:
-                    succeeded.add(url)
+            try:
+                for record in records:
+                    if not _is_capture(record):
+                        continue
+                    is_response = record.rec_type == "response"
+                    headers = record.rec_headers
+                    url = headers.get_header(REQUEST_URI) or headers.get_header("WARC-Target-URI") or ""
+                    if url in succeeded and not is_response:
+                        continue
+                    index[url] = (path, records.get_record_offset())
+                    if is_response:
+                        succeeded.add(url)
+            except Exception as error:  # noqa: BLE001 - warcio raises many types on damaged input
+                log.warning("%s: indexed up to damage (%s)", path, _describe(error))
     return index
 
 
