@@ -67,3 +67,13 @@ def count_input(counts: Counter[str] | None, n: int = 1) -> None:
     """Tally ``n`` inputs where they are read, independently of what the reader goes on to yield."""
     if counts is not None:
         counts[INPUTS] += n
+
+
+class AccountingError(RuntimeError):
+    """Inputs read and records produced disagree: some record vanished (or was invented) silently."""
+
+
+def check_accounted(source: str, counts: Counter[str], outputs: int) -> None:
+    """Raise ``AccountingError`` with the numbers unless ``inputs == outputs`` (documents + rejects)."""
+    if counts[INPUTS] != outputs:
+        raise AccountingError(f"{source}: {counts[INPUTS]} inputs read but {outputs} documents + rejects")

@@ -69,7 +69,8 @@ def dump_chunks(path: Path) -> Iterator[bytes]:
         yield from _zstd_chunks(path)
         return
     with _OPENERS.get(suffix, open)(path, "rb") as stream:
-        yield from iter(lambda: stream.read(READ_BYTES), b"")
+        # read1: one raw read per call, so a cut raises after the data before it came out (read() drops it)
+        yield from iter(lambda: stream.read1(READ_BYTES), b"")
 
 
 def _zstd_chunks(path: Path) -> Iterator[bytes]:
@@ -190,6 +191,8 @@ def read_submissions(path: Path, counts: Counter[str] | None = None) -> Iterator
     (of the first ``SNIFF_LINES``) is a submission raises ``InputFormatError``.
     """
     path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"Reddit dump not found: {path}")
     lines = submissions = 0
     try:
         for number, line in dump_lines(path):
@@ -202,14 +205,23 @@ def read_submissions(path: Path, counts: Counter[str] | None = None) -> Iterator
             submissions += isinstance(record, Submission)
             yield record
             if lines == SNIFF_LINES and not submissions:
-                raise InputFormatError(_format_error(path, lines))
+                raise InputFormatError(_format_error(path, f"first {lines}"))
     except CORRUPTION as error:
         count_input(counts)
         detail = " ".join(f"{type(error).__name__}: {error}".split())
         yield submission_reject("corrupt_input", f"{path.name}:corrupt", f"{path}: {detail} after {lines} lines")
         return
     if lines and not submissions:
-        raise InputFormatError(_format_error(path, lines))
+        raise InputFormatError(_format_error(path, str(lines)))
+
+
+def check_dump_format(path: Path) -> None:
+    """Raise ``InputFormatError`` (or ``FileNotFoundError``) now, before a build starts, unless a
+    submission comes among the first ``SNIFF_LINES`` lines; damage is not a format error (the build
+    counts it)."""
+    for record in read_submissions(path):
+        if isinstance(record, Submission) or record.reason == "corrupt_input":
+            return
 
 
 def _parse_line(line: bytes | None, where: str) -> Submission | Reject:
@@ -222,8 +234,8 @@ def _parse_line(line: bytes | None, where: str) -> Submission | Reject:
         return submission_reject("parse_error", where, " ".join(f"{type(error).__name__}: {error}".split())[:300])
 
 
-def _format_error(path: Path, lines: int) -> str:
-    return (f"{path}: none of its first {lines} lines is a Reddit submission; expected a Pushshift submissions "
+def _format_error(path: Path, lines: str) -> str:
+    return (f"{path}: none of its {lines} lines is a Reddit submission; expected a Pushshift submissions "
             "dump (RS_*): one JSON object per line with id, url and title, as .zst, .xz, .bz2, .gz or plain NDJSON")
 
 
