@@ -18,6 +18,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import quote
 
 from warcio.archiveiterator import ArchiveIterator
 from warcio.bufferedreaders import ChunkedDataReader
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 REQUEST_URI = "WARC-Corpusforge-Request-URI"
 FAILURE_TYPE = "application/vnd.corpusforge.failure+json"
 HOP_HEADERS = {"transfer-encoding", "content-length"}  # describe the wire, not the stored body
+_PRINTABLE_ASCII = "".join(map(chr, range(0x20, 0x7F)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +85,7 @@ class WarcFile:
                 warc_content_type=FAILURE_TYPE, warc_headers_dict=warc_headers,
             )
         else:
-            headers = [(k, v) for k, v in capture.headers if k.lower() not in HOP_HEADERS]
+            headers = [(_ascii(k), _ascii(v)) for k, v in capture.headers if k.lower() not in HOP_HEADERS]
             headers.append(("Content-Length", str(len(capture.body))))
             http_headers = StatusAndHeaders(str(capture.status), headers, protocol="HTTP/1.1")
             record = self.writer.create_warc_record(
@@ -96,6 +98,12 @@ class WarcFile:
 
     def __exit__(self, *exc_info: object) -> None:
         self._stack.__exit__(*exc_info)  # type: ignore[arg-type]
+
+
+def _ascii(text: str) -> str:
+    """A header line's text as warcio can write it (ASCII; its own fallback fails on ``;\x80=0``):
+    non-ASCII and control characters percent-encoded, as RFC 8187 does, so no value breaks a record."""
+    return text if text.isascii() and text.isprintable() else quote(text, safe=_PRINTABLE_ASCII)
 
 
 def _payload(record, max_bytes: int) -> bytes:  # type: ignore[no-untyped-def]
