@@ -191,6 +191,8 @@ def _drop_nested(text: str) -> str:
     stray brace never swallows the rest of an article. A table is a block, so it leaves a
     paragraph break behind; a template leaves nothing.
     """
+    if not any(token in text for token in ("{{", "}}", "{|", "|}")):
+        return text
     if ("}}" not in text and "|}" not in text) or not _NEST_CLOSER.search(text):
         if "{|" not in text:
             return _UNCLOSED_TEMPLATE.sub("", text)  # a plain replacement: no Python call per opener
