@@ -4,7 +4,8 @@ Responses are stored as standard ``response`` records with the raw, still conten
 failures as ``metadata`` records whose JSON payload carries the reject reason. The URL that was
 asked for travels in ``WARC-Corpusforge-Request-URI`` (the target URI is the final hop), so a
 replay finds a capture by the URL it would have fetched. Foreign WARCs (wget, Common Crawl) replay
-by their target URI. Files are written under a temporary name and renamed when complete.
+by their target URI. The index can key captures canonically, so that a page captured under another
+spelling (parameter order, an empty parameter, a ``#fragment``) is still found. Files are written under a temporary name and renamed when complete.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import io
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -179,8 +180,8 @@ def warc_files(warc_dir: Path) -> list[Path]:
     return sorted(p for p in Path(warc_dir).iterdir() if p.name.endswith((".warc.gz", ".warc")) and p.is_file())
 
 
-def index_warcs(warc_dir: Path) -> dict[str, tuple[Path, int]]:
-    """Requested URL -> (file, record offset). A response beats a failure; else the later file wins.
+def index_warcs(warc_dir: Path, key: Callable[[str], str] = str) -> dict[str, tuple[Path, int]]:
+    """``key(requested URL)`` -> (file, record offset). A response beats a failure; else the later file wins.
     A damaged file is indexed up to its damage (what is not found is fetched again)."""
     index: dict[str, tuple[Path, int]] = {}
     succeeded: set[str] = set()
@@ -193,7 +194,7 @@ def index_warcs(warc_dir: Path) -> dict[str, tuple[Path, int]]:
                         continue
                     is_response = record.rec_type == "response"
                     headers = record.rec_headers
-                    url = headers.get_header(REQUEST_URI) or headers.get_header("WARC-Target-URI") or ""
+                    url = key(headers.get_header(REQUEST_URI) or headers.get_header("WARC-Target-URI") or "")
                     if url in succeeded and not is_response:
                         continue
                     index[url] = (path, records.get_record_offset())
