@@ -151,17 +151,19 @@ class ExtractorProcess:
     def __call__(self, html: bytes, url: str, options: dict[str, object]) -> tuple[str | None, str]:
         """(text, "") or (None, "extraction_timeout" | "extraction_error"); ``options`` go to the extractor."""
         with self._lock:
-            if self._process is None or not self._process.is_alive():
-                self._start()
             try:
+                if self._process is None or not self._process.is_alive():
+                    self._start()
                 self._conn.send((html, url, options))
                 if not self._conn.poll(self.timeout_s):
                     self._stop()
                     self.restarts += 1
                     return None, "extraction_timeout"
                 status, text = self._conn.recv()
-            except (EOFError, OSError):  # the worker died (out of memory, a crash in C): replace it
-                self._stop()
+            except Exception:  # noqa: BLE001 - the worker died (out of memory, a crash in C) or never started
+                if self._process is not None and self._process.pid is not None:
+                    self._stop()
+                self._process = None  # a fresh one is started for the next page
                 self.restarts += 1
                 return None, "extraction_error"
             return (text, "") if status == "ok" else (None, "extraction_error")

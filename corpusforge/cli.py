@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -10,6 +11,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from corpusforge.config import load_config
+from corpusforge.corpora.document import InputFormatError
 
 # Beam's optional GCP modules announce at import that they are not installed; nothing here uses them.
 logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())
@@ -25,6 +27,8 @@ app.command("export")(export_command)
 console = Console()
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.toml"
+_BEAM_STEP = re.compile(r" \[while running '[^\n]*'\]$")  # Beam appends the step to a re-raised error
+_WRAPPED_FORMAT_ERROR = re.compile(r"InputFormatError: ([^\n]+)")
 
 
 def fail(message: str) -> None:
@@ -54,9 +58,28 @@ def build(
     try:
         with console.status(f"building {', '.join(cfg.run.stages)} with {cfg.run.runner} ..."):
             result = run_build(cfg)
-    except (FileNotFoundError, NotADirectoryError, ValueError) as error:
-        fail(str(error).splitlines()[0])
+    except Exception as error:
+        message = user_error(error)
+        if message is None:
+            raise
+        fail(message)
     print_build_summary(console, result)
+
+
+def user_error(error: BaseException) -> str | None:
+    """The one line for an error a user can fix (a missing path, a bad value, a source file in the
+    wrong format), however a Beam runner wrapped it; None for anything else (a bug: full traceback)."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, InputFormatError):
+            return _BEAM_STEP.sub("", str(cause).splitlines()[0])
+        cause = cause.__cause__ or cause.__context__
+    wrapped = _WRAPPED_FORMAT_ERROR.search(str(error))  # a worker process's error arrives as text
+    if wrapped:
+        return _BEAM_STEP.sub("", wrapped.group(1))
+    if isinstance(error, (FileNotFoundError, NotADirectoryError, ValueError)):
+        return str(error).splitlines()[0] if str(error) else type(error).__name__
+    return None
 
 
 @docs_app.command("inspect")

@@ -9,12 +9,27 @@ import hashlib
 import json
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 
 def temp_path(path: Path) -> Path:
     return path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` for a writer that streams: renamed onto ``path`` when the
+    block ends normally, removed when it raises (so the target is never left half written)."""
+    path = Path(path)
+    temp = temp_path(path)
+    try:
+        yield temp
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -20,7 +20,7 @@ from apache_beam.pvalue import PCollection
 
 from corpusforge.corpora.document import Document, Reject, make_id
 from corpusforge.corpora.extract import description_lead, extract_page, fix_mojibake, folded_words, meta_description
-from corpusforge.corpora.reddit import SOURCE, Link, read_submissions, screen, select_link
+from corpusforge.corpora.reddit import SOURCE, Link, check_dump_format, read_submissions, screen, select_link
 from corpusforge.corpora.urls import Blocklist, clean_url
 from corpusforge.corpora.warc import Capture, iter_captures, warc_files
 from corpusforge.config import Config, WebTextConfig
@@ -132,6 +132,8 @@ def read_links(pipeline: beam.Pipeline, cfg: Config, blocklist: Blocklist) -> tu
         grouped = keyed | "GroupWarcUrls" >> beam.GroupByKey() | "FirstCapture" >> beam.FlatMapTuple(first_capture)
         links, duplicates = split(grouped, "SplitDuplicates")
         return links, (rejects, duplicates) | "WarcRejects" >> beam.Flatten()
+    for path in web.dumps:  # a wrong file is a one-line error now, not a worker's traceback later
+        check_dump_format(Path(path))
     records = (
         pipeline
         | "DumpPaths" >> beam.Create(sorted(str(p) for p in web.dumps))
