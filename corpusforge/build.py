@@ -15,6 +15,7 @@ from typing import Any
 
 import apache_beam as beam
 
+from corpusforge import progress
 from corpusforge.config import Config
 from corpusforge.pipeline.documents_io import output_files
 from corpusforge.files import write_json_atomic
@@ -125,6 +126,8 @@ def run_documents(cfg: Config, result: BuildResult) -> None:
     run.wait_until_finish()
     result.artifacts["beam_counters"] = _beam_counters(run)
     result.stats = collect_stats(out / "documents", out / "rejects")
+    progress.count("documents", sum(s.documents for s in result.stats.values()))
+    progress.count("rejects", sum(s.inputs - s.documents for s in result.stats.values()))
 
 
 def run_build(cfg: Config) -> BuildResult:
@@ -137,7 +140,8 @@ def run_build(cfg: Config) -> BuildResult:
 
     def timed(name: str, fn, *args) -> Any:
         t0 = time.perf_counter()
-        value = fn(*args)
+        with progress.stage(name):
+            value = fn(*args)
         result.stage_seconds[name] = round(time.perf_counter() - t0, 3)
         return value
 
@@ -184,4 +188,8 @@ def run_build(cfg: Config) -> BuildResult:
         },
         out / "manifest.json",
     )
+    from corpusforge.report_page import write_report
+
+    with progress.stage("report"):
+        write_report(out)
     return result
