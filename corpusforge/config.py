@@ -135,6 +135,7 @@ class TrainConfig(Section):
     eval_batches: int = Field(100, description="held-out evaluation at the end: at most this many batches per process")
     holdout_examples: int = Field(1000, ge=0, description="without eval shards: the last min(this, N // 10) examples are held out; 0: none")
     verify_shards: bool = Field(True, description="check every shard's size, sha256 and schema before training")
+    vocab: Path | None = Field(None, description="vocabulary directory or tokenizer.json when the shards were moved without the one their manifest names")
 
 
 class FetchConfig(Section):
