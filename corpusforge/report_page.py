@@ -101,7 +101,7 @@ def _rejects(manifest: dict) -> str:
     totals: Counter[str] = Counter()
     for c in manifest["counters"].values():
         totals.update(c["rejects"])
-    figure, (axes,) = _figure(1, width=7, height=0.5 + 0.35 * len(totals))
+    figure, (axes,) = _figure(1, width=7, height=max(2.4, 0.5 + 0.35 * len(totals)))
     reasons = sorted(totals, key=totals.get)
     axes.barh(reasons, [totals[r] for r in reasons], color="#c45c4a")
     axes.set(title="rejects per reason (all sources)", xlabel="records")
@@ -224,7 +224,7 @@ def _stage_times(manifest: dict) -> str:
     if not stages:
         return ""
     rows = [[stage, _cell(value, f"stage_seconds.{stage}", "{:,.1f} s")] for stage, value in seconds.items()]
-    figure, (axes,) = _figure(1, width=7, height=0.6 + 0.35 * len(stages))
+    figure, (axes,) = _figure(1, width=7, height=max(2.4, 0.6 + 0.35 * len(stages)))
     axes.barh(list(stages)[::-1], list(stages.values())[::-1], color="#888")
     axes.set(title="wall time per stage", xlabel="seconds")
     return _section("Stage times", f"<div class=row>{_table(['stage', 'wall time'], rows)}{_img(figure)}</div>")

@@ -121,8 +121,8 @@ def length_histogram_text(histogram: dict[str, list], width: int = 40) -> str:
     return "\n".join(lines)
 
 
-def write_length_histogram(path: Path, histogram: dict[str, list], title: str) -> Path:
-    """Plot the length histogram as a PNG at ``path`` (written atomically); counts on a log axis so the tail shows."""
+def length_histogram_figure(histogram: dict[str, list], title: str) -> Any:
+    """The length histogram as a matplotlib figure; counts on a log axis so a thin tail still shows."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -132,6 +132,14 @@ def write_length_histogram(path: Path, histogram: dict[str, list], title: str) -
     axes.stairs(histogram["counts"], histogram["edges"], fill=True)
     axes.set(title=title, xlabel="sequence length (real tokens)", ylabel="examples (log)", yscale="log")
     figure.tight_layout()
+    return figure
+
+
+def write_length_histogram(path: Path, histogram: dict[str, list], title: str) -> Path:
+    """Save the histogram as a PNG at ``path``, written atomically (never into the shard directory by default)."""
+    from matplotlib import pyplot as plt
+
+    figure = length_histogram_figure(histogram, title)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100)
     plt.close(figure)
