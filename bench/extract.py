@@ -125,7 +125,7 @@ def main() -> None:
     direct_out, stage_out, texts = [], [], []
     wall = {"direct": 0.0, "stage": 0.0}
     cpu = {"direct": 0.0, "stage": 0.0}
-    for i in tqdm(range(0, len(pages), BLOCK), desc="pages", unit_scale=BLOCK):
+    for i in tqdm(range(0, len(pages), BLOCK), desc="pages", unit_scale=BLOCK, disable=None):  # no bar in logs
         block = pages[i : i + BLOCK]
         for side in (("direct", "stage") if i // BLOCK % 2 else ("stage", "direct")):  # alternate who goes first
             if side == "direct":
@@ -143,7 +143,7 @@ def main() -> None:
     rows = [("ours (extraction stage)", texts), ("trafilatura defaults, fast", direct_out)]
     if not args.no_fallback:  # timed alone, after the interleaved run: a cost reference, not a race
         fallback_out, wall["fallback"], cpu["fallback"] = timed(
-            safe(lambda u, h: trafilatura.extract(h, fast=False, **GATE)), tqdm(pages, desc="fallback")
+            safe(lambda u, h: trafilatura.extract(h, fast=False, **GATE)), tqdm(pages, desc="fallback", disable=None)
         )
         rows.append(("trafilatura defaults, fallback", fallback_out))
 

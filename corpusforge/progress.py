@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -85,6 +86,20 @@ def _eta_text(stage: Stage) -> str:
     return text
 
 
+class _NotATerminal:
+    """stderr as libraries see it under the live view: not a terminal, so tqdm (``disable=None``) and
+    similar bars stay quiet instead of printing their frames as lines above the view."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 class LiveReporter:
     """A rich live view on a terminal: finished stages stay listed with their time and counters."""
 
@@ -101,6 +116,8 @@ class LiveReporter:
         )
         self._tasks: dict[int, TaskID] = {}
         self._progress.start()
+        self._stderr = sys.stderr
+        sys.stderr = _NotATerminal(sys.stderr)  # type: ignore[assignment]
 
     def started(self, stage: Stage) -> None:
         self._tasks[id(stage)] = self._progress.add_task(stage.name, total=stage.total, counters="")
@@ -117,6 +134,7 @@ class LiveReporter:
         self._progress.stop_task(task)
 
     def close(self) -> None:
+        sys.stderr = self._stderr
         self._progress.stop()
 
 

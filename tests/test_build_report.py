@@ -123,17 +123,29 @@ def test_quiet_prints_nothing_and_verbose_shows_library_lines(tmp_path):
     assert "stage documents done" in plain.output and "INFO apache_beam" not in plain.output
 
 
-def test_live_view_shows_counters_and_time_left():
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_live_view_shows_counters_and_time_left_and_keeps_other_bars_out(monkeypatch):
+    from tqdm import tqdm
+
+    terminal = _Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)  # where tqdm would draw on a real terminal
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=True, width=120)
     with progress.display(console, live=True):
         with progress.stage("shards", total=10, unit="examples"):
+            for _ in tqdm(range(3), desc="third-party-bar", disable=None):  # as the shard writer's bar
+                pass
             progress.count("examples", 4)
             time.sleep(0.3)
             progress.count("examples", 1)
             progress.count("shards", 1)
     screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", buffer.getvalue())
     assert "shards" in screen and "examples 5, shards 1" in screen
+    assert "third-party-bar" not in screen + terminal.getvalue()
     assert re.search(r"0:00:0\d", screen)  # elapsed and remaining columns
 
 
