@@ -9,6 +9,7 @@ from typing import NoReturn, Optional
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from corpusforge import __version__, progress
 from corpusforge.config import Config, load_config
@@ -39,7 +40,7 @@ SET_HELP = "Override a key, e.g. --set clean.min_words=50 (repeatable; keys: cor
 
 def fail(message: str) -> NoReturn:
     """One clear line instead of a traceback for errors a user can fix."""
-    console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False, soft_wrap=True)
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=2)
 
 
