@@ -23,11 +23,14 @@ class RunConfig(Section):
     stages: list[str] = Field(default_factory=lambda: ["books", "wikipedia", "clean", "dedup", "documents"], description="stages to run, in pipeline order; any of books, wikipedia, webtext, clean, dedup, near_dedup, documents, vocab, bert, gpt, train")
     seed: int = Field(12345, description="seed of every random choice in the build (masking, pairing, shuffles)")
     # Beam: the in-process runner is pinned explicitly (Beam 2.68+ would otherwise try to download Prism).
-    runner: str = Field("DirectRunner", description="Beam runner: DirectRunner (in-process, pinned so Beam never downloads Prism), DaskRunner, FlinkRunner, SparkRunner, DataflowRunner")
-    direct_running_mode: Literal["in_memory", "multi_threading", "multi_processing"] = Field("in_memory", description="DirectRunner mode: in_memory, multi_threading or multi_processing")
-    direct_num_workers: int = Field(1, description="DirectRunner workers (threads or processes)")
+    runner: str = Field("DirectRunner", description="Beam runner: DirectRunner (local, pinned so Beam never downloads Prism), DaskRunner, FlinkRunner, SparkRunner, DataflowRunner")
+    # every core by default: one worker process per core (0 = as many as the machine has); "in_memory"
+    # runs in this process (fastest start, for small corpora and tests); all modes write the same bytes
+    direct_running_mode: Literal["in_memory", "multi_threading", "multi_processing"] = Field("multi_processing", description="DirectRunner mode: multi_processing (a worker process per core), multi_threading, or in_memory (this process: fastest start, for small corpora and tests); all write the same bytes")
+    direct_num_workers: int = Field(0, ge=0, description="DirectRunner workers; 0: one per core")
     beam_args: list[str] = Field(default_factory=list, description="extra Beam pipeline options passed through verbatim (--project, --temp_location, ...)")
-    document_parts: int = Field(4, ge=1, description="Parquet files of documents (and of rejects), split by id hash")
+    part_bytes: int = Field(128 << 20, ge=1, description="text bytes per documents Parquet part: parts = ceil(bytes / this), split by id hash")
+    rejects_per_part: int = Field(250_000, ge=1, description="reject records per rejects Parquet part")
 
     @field_validator("stages")
     @classmethod
