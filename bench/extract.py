@@ -231,7 +231,7 @@ def main() -> None:
             side.run(url, html)
     for texts in raw.values():
         texts.clear()
-    for i in tqdm(range(0, len(pages), BLOCK), desc="pages", unit_scale=BLOCK):
+    for i in tqdm(range(0, len(pages), BLOCK), desc="pages", unit_scale=BLOCK, disable=None):
         shift = i // BLOCK % len(sides)
         for side in sides[shift:] + sides[:shift]:  # each side goes first in turn
             side.block(pages[i : i + BLOCK])

@@ -16,6 +16,7 @@ from typing import Any
 
 import apache_beam as beam
 
+from corpusforge import progress
 from corpusforge.config import Config
 from corpusforge.pipeline.documents_io import output_files
 from corpusforge.files import write_json_atomic
@@ -124,6 +125,8 @@ def run_documents(cfg: Config, result: BuildResult) -> None:
     counters = json.loads((work / "counters.json").read_text(encoding="utf-8")) if (work / "counters.json").is_file() else {}
     result.stats = collect_stats(out / "documents", out / "rejects")
     check_accounting(counters, result.stats)
+    progress.count("documents", sum(s.documents for s in result.stats.values()))
+    progress.count("rejects", sum(s.inputs - s.documents for s in result.stats.values()))
     result.artifacts["counters"] = counters
     shutil.rmtree(work)
     if not any(work.parent.iterdir()):
@@ -140,7 +143,8 @@ def run_build(cfg: Config) -> BuildResult:
 
     def timed(name: str, fn, *args) -> Any:
         t0 = time.perf_counter()
-        value = fn(*args)
+        with progress.stage(name):
+            value = fn(*args)
         result.stage_seconds[name] = round(time.perf_counter() - t0, 3)
         return value
 
@@ -187,4 +191,8 @@ def run_build(cfg: Config) -> BuildResult:
         },
         out / "manifest.json",
     )
+    from corpusforge.report_page import write_report
+
+    with progress.stage("report"):
+        write_report(out)
     return result

@@ -74,10 +74,10 @@ def step_seed(seed: int, rank: int, step: int) -> int:
     return int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0])
 
 
-def check_shards(directories: list[Path], world: World, progress: bool) -> None:
+def check_shards(directories: list[Path], world: World, progress: bool, vocab: Path | None = None) -> None:
     """Rank 0 reads every shard once (size, sha256, schema) so a bad file fails now, by name, not hours in."""
     if world.main:
-        problems = [line for directory in directories for line in verify(directory, progress=progress)]
+        problems = [line for directory in directories for line in verify(directory, progress=progress, vocab=vocab)]
         if problems:
             raise ShardError("; ".join(problems))
     if world.size > 1:
@@ -177,7 +177,7 @@ def train(
     torch.backends.cudnn.allow_tf32 = True
 
     if cfg.verify_shards:
-        check_shards([Path(shards)] + ([Path(eval_shards)] if eval_shards is not None else []), world, progress)
+        check_shards([Path(shards)] + ([Path(eval_shards)] if eval_shards is not None else []), world, progress, cfg.vocab)
     ckpt = resolve_checkpoint(resume) if resume is not None else None
     split = data_split(cfg, shards, eval_shards, ckpt)
     held_out = split["held_out"] if eval_shards is None else None
@@ -241,7 +241,7 @@ def train(
             "train_config": cfg.model_dump(mode="json"),
             "task": task,
             "shards": str(Path(shards).resolve()),
-            "vocab": {**manifest.vocab.model_dump(), "path": str(manifest.vocab_path().resolve())},
+            "vocab": {**manifest.vocab.model_dump(), "path": str((cfg.vocab or manifest.vocab_path()).resolve())},
             "world_size": world.size,
         }
         if world.main:
