@@ -108,13 +108,14 @@ class _BoundedGroupByKey(GroupByKey):
             k, v = item
             return k, [defenestrate(elm[1]) for elm in v]
 
-        if input_bag.npartitions > MAX_SHUFFLE_PARTITIONS:
-            input_bag = input_bag.repartition(MAX_SHUFFLE_PARTITIONS)
+        limit = self.bag_kwargs.get("npartitions") or MAX_SHUFFLE_PARTITIONS
+        if input_bag.npartitions > limit:
+            input_bag = input_bag.repartition(limit)
         return input_bag.groupby(key).map(value)
 
 
 MAX_CREATE_PARTITIONS = 1024
-MAX_SHUFFLE_PARTITIONS = 64
+MAX_SHUFFLE_PARTITIONS = 16  # tasks per shuffle grow ~n^2: 16 keeps the scheduler small; --dask_npartitions raises it
 _TRANSLATIONS = {**TRANSLATIONS, beam.ParDo: _TaggedParDo, _Create: _SpreadCreate, _GroupByKeyOnly: _BoundedGroupByKey}
 
 
