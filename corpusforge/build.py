@@ -7,6 +7,7 @@ The manifest is written last, so a run that stopped half way never looks complet
 from __future__ import annotations
 
 import json
+from collections import Counter
 import logging
 import shutil
 import time
@@ -22,7 +23,7 @@ from corpusforge.pipeline.documents_io import output_files
 from corpusforge.files import write_json_atomic
 from corpusforge.pipeline.manifest import describe_files, package_versions
 from corpusforge.pipeline.options import pipeline_options
-from corpusforge.pipeline.steps import (ExactDedup, ReadCleanSpill, WikipediaReader, WriteDocuments, WriteRejects, book_tasks,
+from corpusforge.pipeline.steps import (COUNTERS, ExactDedup, ReadCleanSpill, WikipediaReader, WriteDocuments, WriteRejects, book_tasks,
                                         read_book_task, read_tasks, records_of_batch, split_kinds, wikipedia_tasks,
                                         write_counters)
 from corpusforge.pipeline.summary import SourceStats, check_accounting, collect_stats, stats_to_json
@@ -64,11 +65,12 @@ def documents_graph(p: beam.Pipeline, cfg: Config, work: Path) -> None:
     spill = str(work / "spill")
     clean = cfg.clean if "clean" in stages else None
     near = cfg.near_dedup if "near_dedup" in stages else None
-    reads = []
+    reads, listed = [], Counter()
     if "books" in stages:
-        reads.append(read_tasks(p, "Books", book_tasks(cfg.books), read_book_task, spill, clean, near))
+        reads.append(read_tasks(p, "books", book_tasks(cfg.books, listed), read_book_task, spill, clean, near))
+        reads.append(p | "BooksListed" >> beam.Create([(COUNTERS, {"books.inputs": listed["inputs"]})]))
     if "wikipedia" in stages:
-        reads.append(read_tasks(p, "Wikipedia", wikipedia_tasks(cfg.wikipedia), WikipediaReader(cfg.wikipedia), spill, clean, near))
+        reads.append(read_tasks(p, "wikipedia", wikipedia_tasks(cfg.wikipedia), WikipediaReader(cfg.wikipedia), spill, clean, near))
     if "webtext" in stages:
         from corpusforge.pipeline.webtext import build_webtext
 
@@ -77,7 +79,7 @@ def documents_graph(p: beam.Pipeline, cfg: Config, work: Path) -> None:
             (web_docs, web_rejects)
             | "WebTextRecords" >> beam.Flatten()
             | "WebTextBatches" >> beam.BatchElements(min_batch_size=1, max_batch_size=256)
-            | "ReadWebText" >> beam.ParDo(ReadCleanSpill(records_of_batch, spill, clean, near))
+            | "ReadWebText" >> beam.ParDo(ReadCleanSpill("webtext", records_of_batch, spill, clean, near))
         )
     refs, rejects, read_counters = split_kinds(reads | "AllSources" >> beam.Flatten(), "Read")
     reject_streams = [rejects]

@@ -30,7 +30,7 @@ from corpusforge.pipeline.documents_io import PART_PATTERN, part_of, rejects_tab
 
 log = logging.getLogger(__name__)
 REF, REJECT, COUNTERS = "ref", "reject", "counters"
-Reader = Callable[[object], Iterable[Document | Reject]]
+Reader = Callable[[object, Counter], Iterable[Document | Reject]]  # (task, counts) -> records; counts["inputs"] where read
 
 
 def only(element: tuple[str, object], kind: str) -> Iterator[object]:
@@ -46,8 +46,8 @@ def split_kinds(records: beam.PCollection, label: str) -> tuple[beam.PCollection
 class ReadCleanSpill(beam.DoFn):
     """A task -> its records through ``reader`` -> cleaned -> spilled; emits refs, rejects, counters."""
 
-    def __init__(self, reader: Reader, spill_dir: str, clean: CleanConfig | None, near: NearDedupConfig | None) -> None:
-        self.reader, self.spill_dir, self.clean, self.near = reader, spill_dir, clean, near
+    def __init__(self, source: str, reader: Reader, spill_dir: str, clean: CleanConfig | None, near: NearDedupConfig | None) -> None:
+        self.source, self.reader, self.spill_dir, self.clean, self.near = source, reader, spill_dir, clean, near
 
     def setup(self) -> None:
         self.cleaner = Cleaner(self.clean) if self.clean is not None else None
@@ -55,8 +55,9 @@ class ReadCleanSpill(beam.DoFn):
 
     def process(self, task: object) -> Iterator[tuple[str, object]]:
         counters: Counter[str] = Counter()
+        read: Counter[str] = Counter()
         docs: list[Document] = []
-        for record in self.reader(task):
+        for record in self.reader(task, read):
             counters[f"{record.source}.records"] += 1
             if isinstance(record, Document) and self.cleaner is not None:
                 record = self.cleaner(record)
@@ -65,6 +66,8 @@ class ReadCleanSpill(beam.DoFn):
                 yield REJECT, record
             else:
                 docs.append(record)
+        if "inputs" in read:  # counted by the reader where it read them, independently of what it yielded
+            counters[f"{self.source}.inputs"] += read["inputs"]
         if docs:
             name = f"{docs[0].source}-{stable_hash(*(d.id for d in docs)):016x}.arrow"
             for ref in self.refs.spill(Path(self.spill_dir) / name, docs):
@@ -72,13 +75,14 @@ class ReadCleanSpill(beam.DoFn):
         yield COUNTERS, dict(counters)
 
 
-def read_book_task(task: tuple[str, str]) -> list[Document | Reject]:
+def read_book_task(task: tuple[str, str], counts: Counter) -> list[Document | Reject]:
+    """One listed book file (books count their inputs where the files are listed: ``book_tasks``)."""
     path, root = task
     return [read_book(Path(path), Path(root))]
 
 
-def book_tasks(cfg: BooksConfig) -> list[tuple[str, str]]:
-    return [(str(path), str(root)) for root in cfg.paths for path in list_book_files(Path(root), tuple(cfg.extensions))]
+def book_tasks(cfg: BooksConfig, counts: Counter) -> list[tuple[str, str]]:
+    return [(str(path), str(root)) for root in cfg.paths for path in list_book_files(Path(root), tuple(cfg.extensions), counts)]
 
 
 def wikipedia_tasks(cfg: WikipediaConfig) -> list:
@@ -97,22 +101,23 @@ class WikipediaReader:
     def __init__(self, cfg: WikipediaConfig) -> None:
         self.keep_headings, self.drop_disambiguation = cfg.keep_headings, cfg.drop_disambiguation
 
-    def __call__(self, dump_range: object) -> Iterable[Document | Reject]:
-        return read_range(dump_range, keep_headings=self.keep_headings, drop_disambiguation=self.drop_disambiguation)
+    def __call__(self, dump_range: object, counts: Counter) -> Iterable[Document | Reject]:
+        return read_range(dump_range, keep_headings=self.keep_headings, drop_disambiguation=self.drop_disambiguation, counts=counts)
 
 
-def records_of_batch(batch: list[Document | Reject]) -> list[Document | Reject]:
+def records_of_batch(batch: list[Document | Reject], counts: Counter) -> list[Document | Reject]:
     """Reader of tasks that already are records (WebText pages after extraction)."""
     return batch
 
 
-def read_tasks(p: beam.Pipeline, label: str, tasks: list, reader: Reader, spill_dir: str, clean: CleanConfig | None,
+def read_tasks(p: beam.Pipeline, source: str, tasks: list, reader: Reader, spill_dir: str, clean: CleanConfig | None,
                near: NearDedupConfig | None) -> beam.PCollection:
+    label = source.title()
     return (
         p
         | f"List{label}" >> beam.Create(tasks)
         | f"Spread{label}" >> beam.Reshuffle()
-        | f"Read{label}" >> beam.ParDo(ReadCleanSpill(reader, spill_dir, clean, near))
+        | f"Read{label}" >> beam.ParDo(ReadCleanSpill(source, reader, spill_dir, clean, near))
     )
 
 
@@ -261,6 +266,6 @@ class SpillDocuments(beam.PTransform):
         return (
             docs
             | "Batches" >> beam.BatchElements(min_batch_size=1, max_batch_size=256)
-            | "Spill" >> beam.ParDo(ReadCleanSpill(records_of_batch, self.spill_dir, None, self.near))
+            | "Spill" >> beam.ParDo(ReadCleanSpill("documents", records_of_batch, self.spill_dir, None, self.near))
             | "Refs" >> beam.FlatMap(only, REF)
         )

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from corpusforge.corpora.document import AccountingError
 from corpusforge.pipeline.documents_io import output_files
 
 
@@ -44,10 +45,6 @@ def stats_to_json(stats: dict[str, SourceStats]) -> dict[str, dict]:
         source: {"inputs": s.inputs, "documents": s.documents, "words": s.words, "bytes": s.bytes, "rejects": dict(sorted(s.rejects.items()))}
         for source, s in stats.items()
     }
-
-
-class AccountingError(RuntimeError):
-    """Records were lost or invented between reading and writing."""
 
 
 def check_accounting(counters: dict[str, dict[str, int]], stats: dict[str, SourceStats]) -> None:
