@@ -102,13 +102,15 @@ class BertConfig(Section):
     dupe_factor: int = Field(5, description="passes over the data, each with different masks")
     random_next_prob: float = Field(0.5, description="probability that segment B is a random segment (NSP label 1)")
     whole_word_mask: bool = Field(False, description="mask all pieces of a word together")
-    partner_bucket_size: int = Field(256, description="documents per bucket that random NSP partners are drawn from")
+    partner_bucket_size: int = Field(256, description="documents per bucket that random NSP partners are drawn from, at most")
+    partner_bucket_bytes: int = Field(32 << 20, ge=1, description="text per partner bucket, about: a worker holds one bucket's tokens")
 
 
 class GptConfig(Section):
     seq_len: int = Field(1024, description="tokens per training window (GPT-2: 1024); shards hold seq_len + 1")
     keep_tail: bool = Field(True, description="pad and flag the final partial window instead of dropping it (dropped ones are counted)")
-    docs_per_bucket: int = Field(4096, description="documents per token stream; each bucket has its own tail")
+    docs_per_bucket: int = Field(4096, description="documents per token stream at most; each bucket has its own tail")
+    bucket_bytes: int = Field(64 << 20, ge=1, description="text per token stream, about: a worker holds one stream's tokens")
 
 
 class ShardsConfig(Section):
