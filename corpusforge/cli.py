@@ -1,4 +1,4 @@
-"""The ``corpusforge`` command line: build, docs inspect, shards inspect/verify, train, export."""
+"""The ``corpusforge`` command line: build, docs inspect, shards inspect/verify, train, export, finetune, generate."""
 from __future__ import annotations
 
 import logging
@@ -14,7 +14,7 @@ from corpusforge.config import load_config
 # Beam's optional GCP modules announce at import that they are not installed; nothing here uses them.
 logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())
 from corpusforge.shards.cli import app as shards_app
-from corpusforge.trainer.cli import export_command, train_command
+from corpusforge.trainer.cli import export_command, finetune_command, generate_command, train_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 docs_app = typer.Typer(no_args_is_help=True, help="Look inside written documents.")
@@ -22,6 +22,8 @@ app.add_typer(docs_app, name="docs")
 app.add_typer(shards_app, name="shards")
 app.command("train")(train_command)
 app.command("export")(export_command)
+app.command("finetune")(finetune_command)
+app.command("generate")(generate_command)
 console = Console()
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.toml"

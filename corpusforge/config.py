@@ -134,9 +134,27 @@ class TrainConfig(Section):
     seed: int = 0
     dropout: float | None = None  # None: 0.1 for BERT (paper), 0.0 for GPT (nanoGPT)
     pre_ln: bool = False  # BERT: pre-LN encoder instead of the paper's post-LN (not exportable to HF)
-    eval_batches: int = 100  # held-out evaluation at the end: at most this many batches per rank
+    eval_batches: int | None = Field(None, ge=1)  # cap on held-out batches per rank per evaluation; None: every held-out example
     holdout_examples: int = Field(1000, ge=0)  # without eval shards: the last min(this, N // 10) examples are held out; 0: none
     verify_shards: bool = True  # check every shard's size, sha256 and schema before training (shards.verify)
+    eval_every: int = Field(0, ge=0)  # evaluate the held-out set every this many steps (0: only at the end)
+    keep_checkpoints: int = Field(3, ge=0)  # newest step checkpoints kept in the run directory (0: all)
+
+
+class FinetuneConfig(Section):
+    """GLUE fine-tuning: the BERT paper's recipe (appendix A.3) as the BERT miniatures use it for small models."""
+
+    task: Literal["sst2", "cola", "mrpc"] = "sst2"
+    epochs: int = Field(3, ge=1)
+    lr: float = Field(1e-4, gt=0)  # the miniatures' grid is {1e-4, 5e-5, 3e-5}; 1e-4 suits tiny/mini
+    batch_size: int = Field(32, ge=1)
+    max_seq_length: int = Field(128, ge=8)
+    warmup_fraction: float = Field(0.1, ge=0, lt=1)  # linear warmup over 10% of the steps, then linear decay to 0
+    weight_decay: float = 0.01
+    dropout: float = Field(0.1, ge=0, lt=1)
+    max_train_examples: int | None = Field(None, ge=1)  # a seeded subset of the training file, in file order
+    seed: int = 0
+    random_init: bool = False  # same architecture and vocabulary, no pre-trained weights: the baseline
 
 
 class FetchConfig(Section):
