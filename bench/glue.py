@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from corpusforge.shards.reader import read_manifest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 CLI = [str(Path(sys.executable).parent / "corpusforge")]  # the console script beside this interpreter
+THREADS = 1  # one thread per command: on a shared 2-core machine a second OpenMP thread mostly spins
 REFERENCE = {"sst2": ("accuracy", 0.859), "cola": ("mcc", 0.0), "mrpc": ("f1", 0.0)}  # BERT-Mini dev, Turc et al. 2019
 REFERENCE_NOTE = {"sst2": "85.9 (BERT-Mini, miniatures)", "cola": "n/a (miniatures report GLUE test only)", "mrpc": "n/a"}
 
@@ -37,7 +39,7 @@ def run(command: list[str], log: Path) -> float:
     with open(log, "a", encoding="utf-8") as handle:
         handle.write(f"$ {' '.join(command)}\n")
         handle.flush()
-        done = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT)
+        done = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": str(THREADS)})
     if done.returncode:
         raise SystemExit(f"failed ({done.returncode}): {' '.join(command)}; see {log}")
     return time.perf_counter() - started
@@ -118,7 +120,7 @@ def main() -> None:
     parser.add_argument("--vocab-size", type=int, default=8192)
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--dupe-factor", type=int, default=2)
-    parser.add_argument("--pretrain-steps", type=int, default=300)
+    parser.add_argument("--pretrain-steps", type=int, default=1000)
     parser.add_argument("--pretrain-batch", type=int, default=32)
     parser.add_argument("--pretrain-lr", type=float, default=1e-3)
     parser.add_argument("--epochs", type=int, default=3)

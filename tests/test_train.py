@@ -135,8 +135,8 @@ def test_resume_is_bit_identical(books, tmp_path):
     assert read_state(straight)["reader"] == read_state(resumed)["reader"]
     assert read_state(straight)["scheduler"] == read_state(resumed)["scheduler"]
     # the resumed run logs only its own steps, with the straight run's losses
-    log_a = read_log(tmp_path / "straight" / "metrics.jsonl")
-    log_b = read_log(tmp_path / "resumed" / "metrics.jsonl")
+    log_a = [r for r in read_log(tmp_path / "straight" / "metrics.jsonl") if r["split"] == "train"]
+    log_b = [r for r in read_log(tmp_path / "resumed" / "metrics.jsonl") if r["split"] == "train"]
     assert [r["step"] for r in log_b] == [8] and log_b[0]["loss"] == log_a[-1]["loss"]
 
 
@@ -200,8 +200,8 @@ def test_held_out_tail_is_evaluated_and_never_trained_on(labelled, tmp_path, mon
     assert len(trained) == 24 * 16 > first_epoch  # into the second epoch
     assert all(i < cut for i in trained) and len(set(trained[:first_epoch])) == first_epoch
     assert converted[: len(trained)] == trained
-    assert converted[len(trained) :] == list(range(cut, cut + 24))  # 3 batches of 8 in file order, then drop_last
-    assert results["example_range"] == [cut, LABELLED] and results["examples"] == 24
+    assert converted[len(trained) :] == list(range(cut, LABELLED))  # 3 batches of 8 in file order, then the last 6
+    assert results["example_range"] == [cut, LABELLED] and results["examples"] == 30
     assert results["shards"] == str(labelled["bert"].resolve())
     assert results["perplexity"] == pytest.approx(math.exp(results["mlm_loss"])) and results["mlm_loss"] > 0
     assert 0.0 <= results["mlm_accuracy"] <= 1.0 and 0.0 <= results["nsp_accuracy"] <= 1.0 and results["nsp_loss"] > 0
@@ -292,3 +292,111 @@ def test_interrupted_checkpoint_leaves_the_previous_one(tmp_path, monkeypatch):
     (tmp_path / "checkpoints" / "step-00000002.tmp-0123456789").mkdir()  # left by a killed process
     assert checkpoint.resolve_checkpoint(tmp_path) == checkpoint_dir(tmp_path, 1)
     assert read_state(checkpoint_dir(tmp_path, 1))["step"] == 1
+
+
+def test_eval_every_scores_every_held_out_example_during_training(labelled, tmp_path, monkeypatch, capsys):
+    trained, converted = record_examples(monkeypatch)
+    cfg = TrainConfig(model="bert-tiny", steps=6, batch_size=8, num_workers=0, log_every=3, checkpoint_every=0, eval_every=2)
+    results = train(cfg, labelled["bert"], tmp_path / "run", progress=False)
+
+    cut = LABELLED - 30
+    held = [r for r in read_log(tmp_path / "run" / "metrics.jsonl") if r["split"] == "held_out"]
+    assert [r["step"] for r in held] == [2, 4, 6]  # every 2 steps, the last one the final evaluation
+    assert all(r["examples"] == 30 and r["example_range"] == [cut, LABELLED] for r in held)
+    assert held[-1] == {"step": 6, "split": "held_out", **results}
+    assert held[0]["mlm_loss"] != held[1]["mlm_loss"]  # evaluated with the weights of that moment
+    assert sorted(i for i in converted if i >= cut) == sorted(list(range(cut, LABELLED)) * 3)  # each example, 3 times
+    assert all(i < cut for i in trained)
+    train_lines = [r for r in read_log(tmp_path / "run" / "metrics.jsonl") if r["split"] == "train"]
+    assert [r["step"] for r in train_lines] == [3, 6] and all("lr" in r for r in train_lines)
+    assert (tmp_path / "run" / "curves.png").stat().st_size > 10_000
+    closing = capsys.readouterr().out.strip().splitlines()[-1]
+    assert closing.startswith("done: train loss") and f"held-out loss {results['loss']:.4f}" in closing
+    assert "tokens/s" in closing and str(checkpoint_dir(tmp_path / "run", 6)) in closing
+
+
+def test_partial_last_batch_counts_by_example(labelled, tmp_path):
+    """Means over 30 examples in batches of 8, 8, 8, 6 equal the mean over one batch of 30."""
+    from corpusforge.trainer.loop import HeldOut, World, evaluate
+    from corpusforge.trainer.models import build_model, model_config
+
+    model = build_model(model_config("bert-tiny", read_manifest(labelled["bert"]).vocab.size)).eval()
+    world = World(0, 1, 0, torch.device("cpu"))
+    held_out = HeldOut(labelled["bert"], (LABELLED - 30, LABELLED))
+    vocab = read_manifest(labelled["bert"]).vocab.sha256
+    in_eights = evaluate(model, held_out, TrainConfig(batch_size=8), world, vocab)
+    whole = evaluate(model, held_out, TrainConfig(batch_size=30), world, vocab)
+    assert in_eights["examples"] == whole["examples"] == 30
+    for key in ("mlm_accuracy", "nsp_accuracy"):
+        assert in_eights[key] == pytest.approx(whole[key])
+
+
+def damage(path: Path, how: str) -> None:
+    data = bytearray(path.read_bytes())
+    if how == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    else:
+        data[len(data) // 2] ^= 0x01
+        path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("name, how", [(WEIGHTS_NAME, "truncate"), (WEIGHTS_NAME, "flip"), (OPTIMIZER_NAME, "flip"), ("state.json", "truncate")])
+def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(labelled, tmp_path, caplog, name, how):
+    from corpusforge.trainer.checkpoint import CheckpointError, resolve_checkpoint
+
+    cfg = TrainConfig(model="bert-tiny", steps=4, batch_size=8, num_workers=0, log_every=2, checkpoint_every=2, verify_shards=False)
+    run = tmp_path / "run"
+    train(cfg, labelled["bert"], run, progress=False)
+    damaged = checkpoint_dir(run, 4) / name
+    damage(damaged, how)
+    with caplog.at_level(logging.WARNING, logger="corpusforge.trainer.checkpoint"):
+        assert resolve_checkpoint(run) == checkpoint_dir(run, 2)
+    assert str(damaged) in caplog.text and "falling back" in caplog.text
+    with pytest.raises(CheckpointError, match=str(damaged)):  # named directly, it is an error naming the file
+        resolve_checkpoint(checkpoint_dir(run, 4))
+    # a resume from the run directory continues from step 2 and ends where an unbroken run ends
+    train(cfg, labelled["bert"], tmp_path / "resumed", resume=run, progress=False)
+    train(cfg, labelled["bert"], tmp_path / "straight", progress=False)
+    a = load_file(str(checkpoint_dir(tmp_path / "resumed", 4) / WEIGHTS_NAME))
+    b = load_file(str(checkpoint_dir(tmp_path / "straight", 4) / WEIGHTS_NAME))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_keep_checkpoints_keeps_the_newest(labelled, tmp_path):
+    cfg = TrainConfig(model="bert-tiny", steps=5, batch_size=8, num_workers=0, log_every=5, checkpoint_every=1, keep_checkpoints=2, verify_shards=False, holdout_examples=0)
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoints" / "notes.txt").write_text("mine")  # not a checkpoint: never touched
+    train(cfg, labelled["bert"], tmp_path / "run", progress=False)
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["notes.txt", "step-00000004", "step-00000005"]
+    for step in (4, 5):
+        files = read_state(checkpoint_dir(tmp_path / "run", step))["files"]
+        assert set(files) == {WEIGHTS_NAME, OPTIMIZER_NAME} and all(len(v) == 64 for v in files.values())
+
+
+def test_sigterm_writes_a_checkpoint_before_stopping(labelled, tmp_path, monkeypatch):
+    """A SIGTERM during step 3 finishes that step, writes checkpoint 3 and stops; resuming it ends like a straight run."""
+    import os
+    import signal
+
+    import corpusforge.trainer.loop as loop
+
+    convert, calls = loop.to_model_inputs, []
+
+    def signalling_convert(batch, device, task):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return convert(batch, device, task)
+
+    cfg = TrainConfig(model="bert-tiny", steps=6, batch_size=8, num_workers=0, log_every=2, checkpoint_every=0, verify_shards=False, holdout_examples=0)
+    monkeypatch.setattr(loop, "to_model_inputs", signalling_convert)
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        train(cfg, labelled["bert"], tmp_path / "run", progress=False)
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-00000003"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is gone after the run
+    monkeypatch.setattr(loop, "to_model_inputs", convert)
+    train(cfg, labelled["bert"], tmp_path / "run", resume=tmp_path / "run", progress=False)
+    train(cfg, labelled["bert"], tmp_path / "straight", progress=False)
+    a = load_file(str(checkpoint_dir(tmp_path / "run", 6) / WEIGHTS_NAME))
+    b = load_file(str(checkpoint_dir(tmp_path / "straight", 6) / WEIGHTS_NAME))
+    assert all(torch.equal(a[k], b[k]) for k in a)
