@@ -47,7 +47,7 @@ from corpusforge.trainer.metrics import (
     gpt_counts,
     plot_curves,
 )
-from corpusforge.trainer.models import build_model, count_params, gpt_inputs, model_config
+from corpusforge.trainer.models import ModelConfig, build_model, count_params, gpt_inputs, model_config
 from corpusforge.trainer.optim import make_optimizer, make_scheduler, recipe
 
 logger = logging.getLogger(__name__)
@@ -185,7 +185,7 @@ class Run:
     split: dict[str, Any]
     held_out: HeldOut | None
     stream: ShardStream
-    mcfg: Any
+    mcfg: ModelConfig
     model: nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
