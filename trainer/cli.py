@@ -62,8 +62,8 @@ def train_command(
         fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()))
     except (ShardError, ValueError, FileNotFoundError) as error:
         fail(str(error))
-    except KeyboardInterrupt:
-        typer.echo(f"interrupted: checkpoint written under {run_dir / 'checkpoints'}", err=True)
+    except KeyboardInterrupt as error:  # the loop's message names the checkpoint it wrote; a second signal writes none
+        typer.echo(f"interrupted: {error}" if str(error) else "interrupted before a checkpoint was written", err=True)
         raise typer.Exit(130)
     typer.echo(f"run written to {run_dir}")
 
