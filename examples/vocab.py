@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import sys
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -48,7 +47,7 @@ def train_wordpiece(texts: Iterable[str], out_dir: Path, vocab_size: int = 30522
         special_tokens=BERT_SPECIALS,
         limit_alphabet=1000,  # as HF's BertWordPieceTokenizer: rare characters stay [UNK]
         continuing_subword_prefix="##",
-        show_progress=sys.stderr.isatty(),  # a bar for a person; no stray blank lines in logs and summaries
+        show_progress=False,  # the build shows its own progress; the trainer's bar would garble it
     )
     tokenizer.train_from_iterator(texts, trainer)
     tokenizer.post_processor = processors.TemplateProcessing(
@@ -76,7 +75,7 @@ def train_bpe(texts: Iterable[str], out_dir: Path, vocab_size: int = 50257, min_
         vocab_size=vocab_size - 1,  # <|endoftext|> is added after training so that it gets the last id
         min_frequency=min_frequency,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=sys.stderr.isatty(),  # a bar for a person; no stray blank lines in logs and summaries
+        show_progress=False,  # the build shows its own progress; the trainer's bar would garble it
     )
     tokenizer.train_from_iterator(texts, trainer)
     tokenizer.add_special_tokens([EOT])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import io
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
@@ -82,13 +82,6 @@ def write_table_atomic(table: pa.Table, path: str) -> str:
 def document_from_row(row: dict) -> Document:
     meta = {k: v for k, v in (row.get("meta") or {}).items() if v is not None}
     return Document(id=row["id"], source=row["source"], title=row["title"], text=row["text"], url=row["url"] or "", meta=meta)
-
-
-def read_documents(paths: Iterable[Path]) -> Iterator[Document]:
-    for path in sorted(paths):
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-            for row in batch.to_pylist():
-                yield document_from_row(row)
 
 
 def output_files(directory: Path) -> list[Path]:

@@ -1,6 +1,7 @@
 """HF export: transformers loads the exported directory and computes the same logits as our model."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,9 @@ def test_bert_export_logits_match_transformers(bert_shards, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(out)
     assert tokenizer.mask_token == "[MASK]" and tokenizer.convert_tokens_to_ids("[MASK]") == 103
     assert tokenizer("the cat")["input_ids"] == [101, 1996, 4937, 102]
+    assert tokenizer.model_max_length == 512 and tokenizer("THE Cat")["input_ids"] == [101, 1996, 4937, 102]
+    # a class every supported transformers version resolves (5.x's own "TokenizersBackend" is unknown to 4.x)
+    assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == "BertTokenizerFast"
 
 
 def test_gpt_export_logits_match_transformers(gpt_shards, tmp_path):
@@ -99,6 +103,9 @@ def test_gpt_export_logits_match_transformers(gpt_shards, tmp_path):
     assert (mine[..., :50257] - theirs).abs().max().item() < 1e-4
     tokenizer = AutoTokenizer.from_pretrained(out)
     assert tokenizer.eos_token == "<|endoftext|>" and tokenizer("Hello world")["input_ids"] == [15496, 995]
+    assert tokenizer.pad_token == "<|endoftext|>" and tokenizer.model_max_length == 1024
+    assert tokenizer(["Hi", "Hello world"], padding=True)["input_ids"][0] == [17250, 50256]
+    assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == "GPT2TokenizerFast"
 
 
 def test_pre_ln_bert_refuses_export(bert_shards, tmp_path):

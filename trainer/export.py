@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import BertConfig, GPT2Config, PreTrainedTokenizerFast
+from transformers import BertConfig, GPT2Config
 
 from corpusforge.files import atomic_path, sha256_file, write_json_atomic
 from corpusforge.trainer.checkpoint import WEIGHTS_NAME, read_state, resolve_checkpoint, run_tokenizer
@@ -114,18 +114,30 @@ def hf_config(cfg: ModelConfig, special_ids: dict[str, int]) -> BertConfig | GPT
     )
 
 
-def save_tokenizer(vocab: dict, family: str, out_dir: Path) -> None:
-    """The shards' tokenizer.json wrapped as a transformers fast tokenizer (tokenizer_config.json names the specials)."""
+def save_tokenizer(vocab: dict, family: str, out_dir: Path, max_length: int) -> None:
+    """The shards' tokenizer.json with a tokenizer_config.json that every transformers version reads.
+
+    The class is named explicitly (BertTokenizerFast / GPT2TokenizerFast: transformers 4.x resolves them,
+    5.x maps them to its unified classes), rather than what ``save_pretrained`` writes under 5.x
+    ("TokenizersBackend", unknown to 4.x). ``model_max_length`` is the model's position count; GPT-2
+    has no padding token of its own, so <|endoftext|> pads (the usual choice, and what our shards pad with).
+    """
     tokenizer = run_tokenizer(vocab)
     path = Path(vocab["path"])
     path = path / "tokenizer.json" if path.is_dir() else path
     special = vocab["special_ids"]
     if family == "bert":
         names = {BERT_TOKENS[k]: tokenizer.id_to_token(i) for k, i in special.items() if k in BERT_TOKENS}
+        normalizer = json.loads(tokenizer.to_str())["normalizer"] or {}  # BertTokenizerFast rebuilds a normalizer that disagrees
+        settings = {"tokenizer_class": "BertTokenizerFast", "do_lower_case": normalizer.get("lowercase", False), "strip_accents": normalizer.get("strip_accents")}
     else:
         eot = tokenizer.id_to_token(special["eot"])
-        names = {"bos_token": eot, "eos_token": eot, "unk_token": eot}
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, **names).save_pretrained(str(out_dir))
+        names = {"bos_token": eot, "eos_token": eot, "unk_token": eot, "pad_token": eot}
+        settings = {"tokenizer_class": "GPT2TokenizerFast", "add_prefix_space": False}
+    tokenizer.save(str(out_dir / "tokenizer.json"))
+    config = {**settings, **names, "model_max_length": max_length, "clean_up_tokenization_spaces": False}
+    write_json_atomic(config, out_dir / "tokenizer_config.json")
+    write_json_atomic(names, out_dir / "special_tokens_map.json")
     for name in ("vocab.txt", "vocab.json", "merges.txt"):  # the slow tokenizers' files, when the vocab has them
         if (path.parent / name).is_file():
             shutil.copyfile(path.parent / name, out_dir / name)
@@ -181,7 +193,7 @@ def export_hf(checkpoint: Path, out_dir: Path, force: bool = False) -> Path:
         tmp.mkdir()
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         hf_config(cfg, state["vocab"]["special_ids"]).save_pretrained(str(tmp))
-        save_tokenizer(state["vocab"], cfg.family, tmp)
+        save_tokenizer(state["vocab"], cfg.family, tmp, cfg.max_positions)
         files = sorted(p.name for p in tmp.iterdir())
         checkpoint_id = {"path": str(ckpt.resolve()), "step": state.get("step"), "sha256": sha256_file(ckpt / WEIGHTS_NAME)}
         write_json_atomic({"files": files, "checkpoint": checkpoint_id}, tmp / EXPORT_RECORD)

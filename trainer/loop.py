@@ -83,10 +83,10 @@ def step_seed(seed: int, rank: int, step: int) -> int:
     return int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0])
 
 
-def check_shards(directories: list[Path], world: World, progress: bool) -> None:
+def check_shards(directories: list[Path], world: World, progress: bool, vocab: Path | None = None) -> None:
     """Rank 0 reads every shard once (size, sha256, schema) so a bad file fails now, by name, not hours in."""
     if world.main:
-        problems = [line for directory in directories for line in verify(directory, progress=progress)]
+        problems = [line for directory in directories for line in verify(directory, progress=progress, vocab=vocab)]
         if problems:
             raise ShardError("; ".join(problems))
     if world.size > 1:
@@ -215,7 +215,7 @@ def prepare(cfg: TrainConfig, shards: Path, run_dir: Path, eval_shards: Path | N
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     if cfg.verify_shards:
-        check_shards([shards] + ([Path(eval_shards)] if eval_shards is not None else []), world, progress)
+        check_shards([shards] + ([Path(eval_shards)] if eval_shards is not None else []), world, progress, cfg.vocab)
     ckpt = resolve_checkpoint(resume) if resume is not None else None
     split = data_split(cfg, shards, eval_shards, ckpt)
     stream = make_stream(cfg, shards, world, split)
@@ -399,7 +399,7 @@ def save(run: Run, step: int, consumed: int) -> None:
         "train_config": run.cfg.model_dump(mode="json"),
         "task": run.task,
         "shards": str(run.shards.resolve()),
-        "vocab": {**manifest.vocab.model_dump(), "path": str(manifest.vocab_path().resolve())},
+        "vocab": {**manifest.vocab.model_dump(), "path": str((run.cfg.vocab or manifest.vocab_path()).resolve())},
         "world_size": world.size,
     }
     if world.main:
