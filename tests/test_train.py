@@ -25,11 +25,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from safetensors.torch import load_file
 from shard_factory import FIRST_WORD_ID, bert_tokenizer_json, gpt_tokenizer_json, random_bert_columns, random_gpt_columns, write_shards
 
-from corpusforge.corpora.books import read_book
 from corpusforge.config import BertConfig, GptConfig, ShardsConfig, TrainConfig
+from corpusforge.corpora.books import read_book
+from corpusforge.examples.vocab import train_bpe, train_wordpiece
 from corpusforge.pipeline.documents_io import documents_table
 from corpusforge.pipeline.examples_stage import write_bert_shards, write_gpt_shards
-from corpusforge.examples.vocab import train_bpe, train_wordpiece
 from corpusforge.shards.reader import ShardError, column_view, open_shard, read_manifest
 from corpusforge.trainer.checkpoint import OPTIMIZER_NAME, WEIGHTS_NAME, checkpoint_dir, load_weights, read_state, resolve_checkpoint
 from corpusforge.trainer.data import DataWaitTimer, ShardStream, to_model_inputs

@@ -36,7 +36,15 @@ from corpusforge.config import TrainConfig
 from corpusforge.files import write_json_atomic
 from corpusforge.shards.reader import ShardError, read_manifest
 from corpusforge.shards.verify import verify
-from corpusforge.trainer.checkpoint import checkpoint_dir, load_checkpoint, prune_checkpoints, read_state, resolve_checkpoint, save_checkpoint, unwrap
+from corpusforge.trainer.checkpoint import (
+    checkpoint_dir,
+    load_checkpoint,
+    prune_checkpoints,
+    read_state,
+    resolve_checkpoint,
+    save_checkpoint,
+    unwrap,
+)
 from corpusforge.trainer.data import Batch, DataWaitTimer, ShardStream, holdout_split, to_model_inputs
 from corpusforge.trainer.device import autocast, pick_device
 from corpusforge.trainer.metrics import (
