@@ -1,4 +1,4 @@
-"""The ``corpusforge`` command line: build, config, docs inspect, shards inspect/verify, train, export."""
+"""The ``corpusforge`` command line: build, config, docs inspect, shards inspect/verify, train, export, finetune, generate."""
 from __future__ import annotations
 
 import logging
@@ -20,7 +20,7 @@ from corpusforge.corpora.document import InputFormatError
 # Beam's optional GCP modules announce at import that they are not installed; nothing here uses them.
 logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())
 from corpusforge.shards.cli import app as shards_app
-from corpusforge.trainer.cli import export_command, train_command
+from corpusforge.trainer.cli import export_command, finetune_command, generate_command, train_command
 
 # Plain help (no rich markup): "[train]" stays literal and long option help wraps instead of being cut with "…".
 PLAIN = {"rich_markup_mode": None, "no_args_is_help": True}
@@ -32,6 +32,8 @@ app.add_typer(config_app, name="config")
 app.add_typer(shards_app, name="shards")
 app.command("train")(train_command)
 app.command("export")(export_command)
+app.command("finetune")(finetune_command)
+app.command("generate")(generate_command)
 console = Console()
 
 # Shipped inside the package so a wheel install has it; configs/demo.toml in the checkout links to it.

@@ -137,10 +137,28 @@ class TrainConfig(Section):
     seed: int = Field(0, description="seed of initialisation, dropout and data order")
     dropout: float | None = Field(None, description="dropout; unset: 0.1 for BERT (paper), 0.0 for GPT (nanoGPT)")
     pre_ln: bool = Field(False, description="BERT with a pre-LN encoder instead of the paper's post-LN (not exportable to transformers)")
-    eval_batches: int = Field(100, description="held-out evaluation at the end: at most this many batches per process")
+    eval_batches: int | None = Field(None, ge=1, description="cap on held-out batches per process in one evaluation; unset: every held-out example")
     holdout_examples: int = Field(1000, ge=0, description="without eval shards: the last min(this, N // 10) examples are held out; 0: none")
     verify_shards: bool = Field(True, description="check every shard's size, sha256 and schema before training")
     vocab: Path | None = Field(None, description="vocabulary directory or tokenizer.json when the shards were moved without the one their manifest names")
+    eval_every: int = Field(0, ge=0, description="evaluate the whole held-out set every this many steps; 0: only at the end")
+    keep_checkpoints: int = Field(3, ge=0, description="newest step checkpoints kept in the run directory; 0: all")
+
+
+class FinetuneConfig(Section):
+    """GLUE fine-tuning: the BERT paper's recipe (appendix A.3) as the BERT miniatures use it for small models."""
+
+    task: Literal["sst2", "cola", "mrpc"] = Field("sst2", description="GLUE task")
+    epochs: int = Field(3, ge=1, description="passes over the training set")
+    lr: float = Field(1e-4, gt=0, description="peak learning rate; the miniatures' grid is 1e-4, 5e-5, 3e-5 (1e-4 suits tiny/mini)")
+    batch_size: int = Field(32, ge=1, description="examples per step")
+    max_seq_length: int = Field(128, ge=8, description="tokens per example, [CLS] and [SEP]s included")
+    warmup_fraction: float = Field(0.1, ge=0, lt=1, description="linear warm-up over this share of the steps, then linear decay to 0")
+    weight_decay: float = Field(0.01, description="AdamW weight decay")
+    dropout: float = Field(0.1, ge=0, lt=1, description="dropout in the encoder and before the classifier")
+    max_train_examples: int | None = Field(None, ge=1, description="train on a seeded subset of this many examples, in file order")
+    seed: int = Field(0, description="seed of the classifier, data order, dropout and subset")
+    random_init: bool = Field(False, description="same architecture and vocabulary, no pre-trained weights: the baseline")
 
 
 class FetchConfig(Section):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,16 +21,24 @@ def temp_path(path: Path) -> Path:
 
 
 @contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary path beside ``path`` for a writer that streams: renamed onto ``path`` when the
-    block ends normally, removed when it raises (so the target is never left half written)."""
+def atomic_path(path: Path, suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary sibling of ``path`` to write (a file or a whole directory); rename it into place on success.
+
+    On an exception the temporary is removed and ``path`` is untouched. ``suffix`` keeps an extension
+    for writers that pick the format from it (matplotlib's savefig). Replacing an existing directory
+    is the caller's decision: ``os.replace`` only renames a directory over a missing or empty one.
+    """
     path = Path(path)
-    temp = temp_path(path)
+    temp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}{suffix}")
     try:
         yield temp
         os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
+    except BaseException:
+        if temp.is_dir():
+            shutil.rmtree(temp, ignore_errors=True)
+        else:
+            temp.unlink(missing_ok=True)
+        raise
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

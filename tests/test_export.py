@@ -115,3 +115,33 @@ def test_pre_ln_bert_refuses_export(bert_shards, tmp_path):
         export_hf(tmp_path / "run", tmp_path / "hf")
     refused = CliRunner().invoke(app, ["export", str(tmp_path / "run"), str(tmp_path / "hf")])
     assert refused.exit_code == 2 and "pre-LN" in refused.output and not (tmp_path / "hf").exists()
+
+
+def test_export_never_deletes_what_it_did_not_write(bert_shards, tmp_path):
+    """A non-empty folder is refused and left as it was; only a previous export is replaced, and only with --force."""
+    ckpt = trained_checkpoint(bert_shards, tmp_path / "run", "bert-tiny")
+    runner = CliRunner()
+    build = tmp_path / "build"
+    (build / "shards").mkdir(parents=True)
+    (build / "manifest.json").write_text("{}")
+    (build / "shards" / "part-0.arrow").write_bytes(b"data")
+    for args in ([], ["--force"]):
+        refused = runner.invoke(app, ["export", str(ckpt), str(build), *args])
+        assert refused.exit_code == 2 and "not empty" in refused.output, refused.output
+    assert sorted(str(p.relative_to(build)) for p in build.rglob("*")) == ["manifest.json", "shards", "shards/part-0.arrow"]
+    assert (build / "manifest.json").read_text() == "{}"
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert runner.invoke(app, ["export", str(ckpt), str(empty)]).exit_code == 0
+    first = (empty / "model.safetensors").read_bytes()
+    again = runner.invoke(app, ["export", str(ckpt), str(empty)])
+    assert again.exit_code == 2 and "--force" in again.output
+    forced = runner.invoke(app, ["export", str(ckpt), str(empty), "--force"])
+    assert forced.exit_code == 0 and (empty / "model.safetensors").read_bytes() == first
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]  # no leftovers beside it
+
+    (empty / "notes.txt").write_text("mine")  # a file the export did not write: --force no longer replaces the folder
+    kept = runner.invoke(app, ["export", str(ckpt), str(empty), "--force"])
+    assert kept.exit_code == 2 and "notes.txt" in kept.output
+    assert (empty / "notes.txt").read_text() == "mine" and (empty / "config.json").is_file()
