@@ -34,7 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from corpusforge.corpora.document import Document, make_id  # noqa: E402
 from corpusforge.corpora.minhash import MinHasher, jaccard, s_curve_table, shingle_set, shingles, wordmix_hash32  # noqa: E402
 from corpusforge.config import NearDedupConfig  # noqa: E402
-from corpusforge.pipeline.near_dedup import NearDedup, banding  # noqa: E402
+from corpusforge.pipeline.document_spill import banding  # noqa: E402
+from corpusforge.pipeline.near_dedup import NearDedup  # noqa: E402
+from corpusforge.pipeline.steps import SpillDocuments  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 EDIT_RATES = (0.0, 0.005, 0.01, 0.02, 0.03, 0.05)
@@ -102,6 +104,7 @@ def clusters(docs: list[Document], cfg: NearDedupConfig) -> dict[str, str]:
             (
                 p
                 | beam.Create(docs)
+                | SpillDocuments(str(Path(tmp) / "spill"), cfg)
                 | NearDedup(cfg)
             ).rejects | beam.Map(lambda r: f"{r.id}\t{r.detail}") | beam.io.WriteToText(str(out_path), shard_name_template="")
         rows = [line.split("\t") for line in out_path.read_text().splitlines()]

@@ -196,7 +196,7 @@ def main() -> None:
     print(f"gold: {len(GOLD)} paragraphs, {sum(len(g) for g in GOLD)} sentences; held out: {len(HELD_OUT)} paragraphs; "
           f"speed text: books {len(corpus['books']):,} chars, wiki {len(corpus['wiki']):,} chars")
     rows = []
-    for name, split in tqdm(splitters.items(), desc="splitters", leave=False):
+    for name, split in tqdm(splitters.items(), desc="splitters", leave=False, disable=None):  # no bar in logs
         precision, recall, f1, exact, errors = _quality(split, GOLD)
         held_f1, held_exact, held_errors = _quality(split, HELD_OUT)[2:]
         speeds = {kind: _speed(split, text, args.repeats) for kind, text in corpus.items()}

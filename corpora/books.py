@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from ebooklib import ITEM_DOCUMENT, epub
 from tqdm import tqdm
 
 from corpusforge.corpora.decode import BinaryContentError, decode_bytes
-from corpusforge.corpora.document import Document, Reject, make_id
+from corpusforge.corpora.document import Document, Reject, count_input, make_id
 from corpusforge.corpora.gutenberg import gutenberg_title, strip_gutenberg
 
 SOURCE = "books"
@@ -27,8 +28,11 @@ _PARAGRAPH_BREAK = re.compile(r"\n[ \t\f\v]*\n")
 _BLOCK_TAGS = ("p", "div", "h1", "h2", "h3", "h4", "h5", "h6", "li", "blockquote", "pre", "dd", "dt", "td", "th", "figcaption")
 
 
-def list_book_files(root: Path, extensions: Sequence[str] = (".txt", ".epub")) -> list[Path]:
-    """Every book file under ``root`` (or ``root`` itself if it is a file), sorted by relative path."""
+def list_book_files(
+    root: Path, extensions: Sequence[str] = (".txt", ".epub"), counts: Counter[str] | None = None
+) -> list[Path]:
+    """Every book file under ``root`` (or ``root`` itself if it is a file), sorted by relative path;
+    each file listed counts one into ``counts["inputs"]`` (a book is one input)."""
     root = Path(root)
     wanted = tuple(ext.lower() for ext in extensions)
     if not root.exists():
@@ -42,15 +46,18 @@ def list_book_files(root: Path, extensions: Sequence[str] = (".txt", ".epub")) -
         )
     if not files:
         raise ValueError(f"no book files with extensions {', '.join(wanted)} under {root}")
+    count_input(counts, len(files))
     return files
 
 
 def read_books(
-    root: Path, extensions: Sequence[str] = (".txt", ".epub"), progress: bool = False
+    root: Path, extensions: Sequence[str] = (".txt", ".epub"), progress: bool = False,
+    counts: Counter[str] | None = None,
 ) -> Iterator[Document | Reject]:
-    """One Document (or Reject) per book file under ``root``, in sorted path order."""
+    """One Document (or Reject) per book file under ``root``, in sorted path order; the files listed
+    are counted into ``counts["inputs"]``."""
     root = Path(root)
-    for path in tqdm(list_book_files(root, extensions), desc="books", unit="file", disable=not progress):
+    for path in tqdm(list_book_files(root, extensions, counts), desc="books", unit="file", disable=not progress):
         yield read_book(path, root)
 
 

@@ -13,6 +13,10 @@ import unicodedata
 import ftfy
 import ftfy.badness
 
+from corpusforge.config import CleanConfig
+from corpusforge.corpora.document import Document, Reject
+from corpusforge.corpora.language import detect_language
+
 # Mojibake and encoding repairs only: curly quotes and dashes are the author's, not accidents.
 _FTFY = ftfy.TextFixerConfig(uncurl_quotes=False, explain=False)
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
@@ -63,3 +67,26 @@ def dedup_key(text: str) -> str:
     """
     folded = unicodedata.normalize("NFKC", text).casefold()
     return hashlib.sha1(_NON_WORD.sub(" ", folded).strip().encode("utf-8")).hexdigest()
+
+
+class Cleaner:
+    """The per-document filters of the ``clean`` stage: a cleaned document, or a reject with its reason.
+
+    Unicode repair and whitespace, then the minimum length, then the language filter.
+    """
+
+    def __init__(self, cfg: CleanConfig) -> None:
+        self.cfg = cfg
+
+    def __call__(self, doc: Document) -> Document | Reject:
+        text = normalize_text(doc.text, fix_unicode=self.cfg.fix_unicode)
+        words = word_count(text)
+        if words < self.cfg.min_words:
+            return Reject(doc.id, doc.source, "too_short", f"{words} words < {self.cfg.min_words}", doc.url or doc.title)
+        meta = dict(doc.meta)
+        if self.cfg.language:
+            language, confidence = detect_language(text)
+            meta["language"] = language
+            if language != self.cfg.language or confidence < self.cfg.language_min_confidence:
+                return Reject(doc.id, doc.source, "language", f"{language}:{confidence:.2f}", doc.url or doc.title)
+        return doc.replace(text=text, meta=meta)

@@ -1,11 +1,14 @@
 """The one document model every source produces, and the reject record for what it drops.
 
 Readers yield ``Document`` or ``Reject`` so that every input record is accounted for:
-``inputs == documents + rejects`` is an invariant the pipeline checks.
+``inputs == documents + rejects`` is an invariant the pipeline checks. Readers count their inputs
+where they read them (``count_input``), never from what they yield, so a record lost on the way
+shows up as a mismatch. A damaged remainder of a file (``corrupt_input``) counts as one input.
 """
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from dataclasses import dataclass, field
 
 # Keys allowed in ``Document.meta`` (written as a Parquet struct of nullable strings).
@@ -50,3 +53,27 @@ class Reject:
     reason: str
     detail: str = ""  # human-readable detail (error message, duplicate-of id, ...)
     key: str = ""  # the source key (file path, page title, URL) for finding the record again
+
+
+INPUTS = "inputs"  # the key readers increment in a caller's Counter, once per input record seen
+
+
+class InputFormatError(ValueError):
+    """A file given as a source is not in the source's format at all (a user mistake, not damage):
+    the build stops with one line naming the file and the format expected."""
+
+
+def count_input(counts: Counter[str] | None, n: int = 1) -> None:
+    """Tally ``n`` inputs where they are read, independently of what the reader goes on to yield."""
+    if counts is not None:
+        counts[INPUTS] += n
+
+
+class AccountingError(RuntimeError):
+    """Inputs read and records produced disagree: some record vanished (or was invented) silently."""
+
+
+def check_accounted(source: str, counts: Counter[str], outputs: int) -> None:
+    """Raise ``AccountingError`` with the numbers unless ``inputs == outputs`` (documents + rejects)."""
+    if counts[INPUTS] != outputs:
+        raise AccountingError(f"{source}: {counts[INPUTS]} inputs read but {outputs} documents + rejects")

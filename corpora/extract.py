@@ -1,10 +1,14 @@
 """Main-content extraction of one web page, bounded in time, then cleaning and quality filters.
 
-trafilatura extracts the main text with its own evaluated settings (balanced, tables kept, fast: F1
-0.920 on its 990-page evaluation set, where favouring precision scored 0.908 and no per-page or
-per-paragraph combination of settings passed the slower fallback mode's 0.926). What it misses most is
-the article's lead (standfirst), which pages also state as their meta description: putting that back
-when the extraction lacks it raises F1 to 0.930 for a regular expression's cost (``bench/extract.py``).
+trafilatura extracts the main text with its own evaluated settings (balanced, tables kept, fast).
+Where the fast path returns the site's navigation instead of the article (many short lines that are
+link texts), the page is extracted again with trafilatura's full fallback (readability/jusText).
+
+The article's lead (standfirst) can be restored from the meta description (``lead_from_description``,
+off by default): only when the description is visible in the page body, is not already in the
+extraction (compared on folded words, so quotes, dashes, punctuation, line breaks and a truncating
+ellipsis do not matter) and is not shared by other pages of the host (``pipeline.webtext``). Figures
+in ``bench/extract.py``.
 
 Extraction runs in a persistent worker process so that a pathological page (deep nesting, regex
 backtracking) cannot stall the Beam worker: past ``timeout_s`` the worker is killed, a fresh one
@@ -35,18 +39,26 @@ _TABLE_RULE = re.compile(r"[\s|:-]*")  # the "|---|---|" line under a header row
 _META_TAG = re.compile(rb"<meta\s[^<>]*>", re.IGNORECASE)  # no "<" inside: scans never overlap, time stays linear
 _DESCRIPTION = re.compile(rb"""(?:name|property)\s*=\s*["'](?:og:)?description["']""", re.IGNORECASE)
 _CONTENT = re.compile(rb"""content\s*=\s*(?:"([^"]*)"|'([^']*)')""", re.IGNORECASE)
+_HIDDEN = re.compile(r"<(script|style|noscript|template|svg|head)\b|<!--", re.IGNORECASE)
+_TAG = re.compile(r"<[^<>]*>")
+_ANCHOR = re.compile(r"<a\b[^<>]*>((?:[^<]|<(?!/?a\b)){0,300}?)</a\s*>", re.IGNORECASE)  # bounded: linear time
+_WORD = re.compile(r"\w+")
+_ELLIPSIS = re.compile(r"\s*(?:\.\.\.|\u2026)\s*$")
+NAVIGATION_MIN_LINES = 8  # fewer lines are too little to judge
+NAVIGATION_SHARE = 0.5  # of lines that are short link texts
+LEAD_RUN = 6  # a lead sharing a run of this many words with the text would repeat it
+REPEATED_PARAGRAPH_WORDS = 8  # a paragraph this long seen again in a page is an extraction echo
 
 Extractor = Callable[..., "str | None"]  # (html, url, **trafilatura_options(cfg)) -> text
 
 
 def trafilatura_options(cfg: ExtractConfig) -> dict[str, object]:
     """The picklable extraction settings sent to the worker with each page."""
-    return {"favor": cfg.favor, "include_tables": cfg.include_tables, "fast": cfg.fast}
+    return {"favor": cfg.favor, "include_tables": cfg.include_tables, "fast": cfg.fast,
+            "navigation_fallback": cfg.navigation_fallback}
 
 
-def trafilatura_text(
-    html: bytes, url: str, favor: str = "balanced", include_tables: bool = True, fast: bool = True
-) -> str | None:
+def _trafilatura(html: bytes, url: str, favor: str, include_tables: bool, fast: bool) -> str | None:
     """trafilatura's main text, one paragraph per line; comments stay out (often off-topic).
 
     When favouring precision finds nothing (about 2% of the evaluation pages), the balanced settings
@@ -58,6 +70,39 @@ def trafilatura_text(
     )
     if not text and favor == "precision":
         text = trafilatura.extract(html, url=url or None, **options)
+    return text
+
+
+def _squeeze(text: str) -> str:
+    return " ".join(text.split())
+
+
+def looks_like_navigation(text: str, html: bytes) -> bool:
+    """Whether an extraction is mostly the site's menu: at least half of its lines (and of its
+    characters) are short lines that the page carries as link texts."""
+    lines = [_squeeze(line.lstrip("-*| ")) for line in text.splitlines() if line.strip()]
+    if len(lines) < NAVIGATION_MIN_LINES:
+        return False
+    short = [line for line in lines if len(line.split()) <= 5 and not line.endswith((".", "!", "?"))]
+    if len(short) < NAVIGATION_SHARE * len(lines):
+        return False
+    page = html.decode("utf-8", errors="replace")
+    anchors = {_squeeze(html_entities.unescape(_TAG.sub(" ", match))) for match in _ANCHOR.findall(page)}
+    linked = sum(len(line) for line in short if line in anchors)
+    return linked >= NAVIGATION_SHARE * sum(map(len, lines))
+
+
+def trafilatura_text(
+    html: bytes, url: str, favor: str = "balanced", include_tables: bool = True, fast: bool = True,
+    navigation_fallback: bool = True,
+) -> str | None:
+    """The fast path's text; a page whose fast extraction is navigation gets the full fallback, and
+    keeps its result unless that is navigation too."""
+    text = _trafilatura(html, url, favor, include_tables, fast)
+    if fast and navigation_fallback and text and looks_like_navigation(text, html):
+        fuller = _trafilatura(html, url, favor, include_tables, fast=False)
+        if fuller and not looks_like_navigation(fuller, html):
+            return fuller
     return text
 
 
@@ -106,17 +151,19 @@ class ExtractorProcess:
     def __call__(self, html: bytes, url: str, options: dict[str, object]) -> tuple[str | None, str]:
         """(text, "") or (None, "extraction_timeout" | "extraction_error"); ``options`` go to the extractor."""
         with self._lock:
-            if self._process is None or not self._process.is_alive():
-                self._start()
             try:
+                if self._process is None or not self._process.is_alive():
+                    self._start()
                 self._conn.send((html, url, options))
                 if not self._conn.poll(self.timeout_s):
                     self._stop()
                     self.restarts += 1
                     return None, "extraction_timeout"
                 status, text = self._conn.recv()
-            except (EOFError, OSError):  # the worker died (out of memory, a crash in C): replace it
-                self._stop()
+            except Exception:  # noqa: BLE001 - the worker died (out of memory, a crash in C) or never started
+                if self._process is not None and self._process.pid is not None:
+                    self._stop()
+                self._process = None  # a fresh one is started for the next page
                 self.restarts += 1
                 return None, "extraction_error"
             return (text, "") if status == "ok" else (None, "extraction_error")
@@ -160,24 +207,60 @@ def meta_description(html: bytes) -> str:
     return ""
 
 
-def with_lead(text: str, html: bytes) -> str:
-    """``text`` led by the page's description when the extraction does not already contain it.
+def folded_words(text: str) -> list[str]:
+    """Lower-case words without punctuation: curly or straight quotes, dashes, commas and line breaks
+    compare equal."""
+    return _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
 
-    trafilatura often drops the standfirst (it sits in a teaser block); on its evaluation set a third of
-    the missed main-text snippets are in the description, and it adds almost no boilerplate.
+
+def _contains(words: list[str], haystack: list[str]) -> bool:
+    return " " + " ".join(words) + " " in " " + " ".join(haystack) + " "
+
+
+def visible_words(html: bytes) -> list[str]:
+    """The folded words of the page body as a reader sees them (no head, scripts, styles, comments).
+
+    Each hidden block is skipped with one forward search for its end: linear time on any page.
+    """
+    page, parts, position = html.decode("utf-8", errors="replace"), [], 0
+    while match := _HIDDEN.search(page, position):
+        parts.append(page[position : match.start()])
+        end = re.compile("-->" if match.group(1) is None else f"</{match.group(1)}\\s*>", re.IGNORECASE)
+        closing = end.search(page, match.end())
+        position = closing.end() if closing else len(page)
+    parts.append(page[position:])
+    return folded_words(html_entities.unescape(_TAG.sub(" ", " ".join(parts))))
+
+
+def _runs(words: list[str]) -> set[tuple[str, ...]]:
+    return {tuple(words[i : i + LEAD_RUN]) for i in range(len(words) - LEAD_RUN + 1)}
+
+
+def description_lead(text: str, html: bytes) -> str:
+    """The page's description when it is a lead the extraction dropped, else "".
+
+    A lead is visible in the page body (an SEO summary only in ``<meta>`` is not the article) and shares
+    no run of ``LEAD_RUN`` words with ``text``: a description that is already there, in part (a
+    truncated one, one prefixed by "Video:" or joined from two paragraphs) or whole, is never repeated.
+    A description cut with "..." is compared without its possibly cut last word.
     """
     lead = meta_description(html)
-    if not lead or lead in " ".join(text.split()):
-        return text
-    return f"{lead}\n{text}"
+    words = folded_words(_ELLIPSIS.sub("", lead))
+    if _ELLIPSIS.search(lead):
+        words = words[:-1]
+    if len(words) < LEAD_RUN or _runs(words) & _runs(folded_words(text)):
+        return ""
+    return lead if _contains(words, visible_words(html)) else ""
+
+
+def with_lead(text: str, lead: str) -> str:
+    """``text`` led by ``lead`` on a line of its own (a ``description_lead``)."""
+    return f"{lead}\n{text}" if lead else text
 
 
 def main_text(html: bytes, url: str, cfg: ExtractConfig, extractor: ExtractorProcess) -> tuple[str | None, str]:
-    """The extractor's text (one paragraph per line), led by the description it lacks; or (None, reason)."""
-    text, reason = extractor(html, url, trafilatura_options(cfg))
-    if text and cfg.lead_from_description:
-        text = with_lead(text, html)
-    return text, reason
+    """The extractor's text, one paragraph per line; or (None, reason)."""
+    return extractor(html, url, trafilatura_options(cfg))
 
 
 def table_row(line: str) -> str:
@@ -194,8 +277,23 @@ def table_row(line: str) -> str:
 
 
 def paragraphs(text: str) -> str:
-    """trafilatura's one-paragraph-per-line text as the project's blank-line-separated paragraphs."""
-    return "\n\n".join(row for row in (table_row(line.strip()) for line in text.splitlines()) if row)
+    """trafilatura's one-paragraph-per-line text as the project's blank-line-separated paragraphs.
+
+    A long paragraph that comes again (trafilatura sometimes takes both the mobile and the desktop copy
+    of a block, or a caption twice) is kept once: the page shows it once.
+    """
+    rows: list[str] = []
+    seen: set[str] = set()
+    for row in (table_row(line.strip()) for line in text.splitlines()):
+        if not row:
+            continue
+        if len(row.split()) >= REPEATED_PARAGRAPH_WORDS:
+            words = " ".join(folded_words(row))
+            if words in seen:
+                continue
+            seen.add(words)
+        rows.append(row)
+    return "\n\n".join(rows)
 
 
 def fix_mojibake(text: str) -> str:

@@ -14,38 +14,34 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import dataclasses
 import hashlib
 import ipaddress
 import logging
 import re
 import socket
-import time
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-from pathlib import Path
-from typing import TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
-from charset_normalizer import from_bytes
 from protego import Protego
 
-from corpusforge.corpora.warc import Capture, WarcFile, index_warcs, read_capture
 from corpusforge.config import FetchConfig
+from corpusforge.corpora.decode import guess_encoding
+from corpusforge.corpora.warc import Capture
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 REDIRECTS = {301, 302, 303, 307, 308}
 RETRY_STATUSES = {429, 500, 502, 503, 504}
 ROBOTS_MAX_BYTES = 500_000
 PROGRESS_EVERY_S = 15.0
 ROBOTS_TYPES = ["text/plain", "text/html"]  # some servers mislabel robots.txt
-WESTERN_MARGIN = 0.1  # chaos (share of odd characters) windows-1252 may exceed the best guess by
 META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_\-:.]+)""", re.IGNORECASE)
 
 
@@ -114,6 +110,33 @@ class HostGate:
             self.next_start = loop.time() + self.delay
 
 
+class _UrlClock:
+    """One URL's ``url_deadline_s``: it runs while the URL does its own work and not while the URL
+    waits in its host's queue. Before the first request, the time of each stretch of own work
+    (DNS, robots.txt) is spent from the budget; from the first request on, the deadline runs."""
+
+    def __init__(self, deadline: asyncio.Timeout, budget_s: float) -> None:
+        self.deadline, self.budget_s, self.spent_s = deadline, budget_s, 0.0
+
+    def start(self) -> None:
+        if self.deadline.when() is None:
+            self.deadline.reschedule(asyncio.get_running_loop().time() + self.budget_s - self.spent_s)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Charge the block to the URL (a no-op once the deadline runs: it already bounds the block)."""
+        if self.deadline.when() is not None:
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            async with asyncio.timeout(self.budget_s - self.spent_s):
+                yield
+        finally:
+            self.spent_s += loop.time() - started
+
+
 class Fetcher:
     """Fetch URLs concurrently inside one event loop; every outcome is a ``Capture``."""
 
@@ -150,48 +173,65 @@ class Fetcher:
         return [task.result() for task in tasks]
 
     async def fetch(self, url: str) -> Capture:
-        """Follow up to ``max_redirects`` hops, each checked. ``url_deadline_s`` bounds the URL from
-        its first request on: time queued behind a polite host's other URLs does not count."""
+        """Follow up to ``max_redirects`` hops, each checked. ``url_deadline_s`` bounds the URL's own
+        work (DNS, robots.txt, requests): time queued behind a polite host's other URLs does not count.
+        Whatever goes wrong ends as this URL's capture, never as an exception that loses the batch."""
         try:
             async with asyncio.timeout(None) as deadline:
+                clock = _UrlClock(deadline, self.config.url_deadline_s)
                 return await self._follow(url, self.config.content_types, self.config.max_body_bytes,
-                                          check_robots=True, deadline=deadline)
+                                          check_robots=True, clock=clock)
         except TimeoutError:
             return Capture(url=url, reason="timeout", detail=f"over {self.config.url_deadline_s}s deadline")
+        except Exception as error:  # noqa: BLE001 - one URL's surprise must not end its batch
+            log.warning("fetching %s failed unexpectedly", url, exc_info=True)
+            return Capture(url=url, reason="fetch_error", detail=f"{type(error).__name__}: {error}"[:300])
 
     async def _follow(self, url: str, content_types: list[str], max_bytes: int, *, check_robots: bool,
-                      deadline: asyncio.Timeout | None = None) -> Capture:
+                      clock: _UrlClock | None = None) -> Capture:
         current = url
         for _ in range(self.config.max_redirects + 1):
-            refusal = await self._refuse(current, check_robots)
+            refusal = await self._refuse(current, check_robots, clock)
             if refusal is not None:
                 return Capture(url=url, final_url=current, reason=refusal[0], detail=refusal[1])
-            capture = await self._request_with_retries(current, content_types, max_bytes, deadline)
+            capture = await self._request_with_retries(current, content_types, max_bytes, clock)
             capture = dataclasses.replace(capture, url=url)
             location = capture.header("Location")
             if capture.reason or capture.status not in REDIRECTS or not location:
                 return capture
-            current = urljoin(current, location.strip())
+            try:
+                current = urljoin(current, location.strip())
+            except ValueError as error:  # e.g. "http://[::1" (an unclosed IPv6 literal)
+                return dataclasses.replace(capture, reason="bad_url", detail=f"redirect to {location!r}: {error}"[:300])
         return Capture(url=url, final_url=current, reason="too_many_redirects", detail=f"over {self.config.max_redirects} hops")
 
-    async def _refuse(self, url: str, check_robots: bool) -> tuple[str, str] | None:
-        """Why this hop must not be requested (reason, detail), or None."""
-        parts = urlsplit(url)
+    async def _refuse(self, url: str, check_robots: bool, clock: _UrlClock | None = None) -> tuple[str, str] | None:
+        """Why this hop must not be requested (reason, detail), or None. Its DNS and robots.txt time
+        is the URL's own, so it runs on the URL's clock."""
+        try:
+            parts = urlsplit(url)
+            port = parts.port  # raises on ":99999" or ":abc"
+        except ValueError as error:
+            return "bad_url", f"{url}: {error}"[:300]
         if parts.scheme not in ("http", "https") or not parts.hostname:
             return "bad_url", url
-        host = parts.hostname
+        async with clock.running() if clock is not None else contextlib.nullcontext():
+            return await self._check_host(url, parts.scheme, parts.netloc, parts.hostname, port, check_robots)
+
+    async def _check_host(self, url: str, scheme: str, netloc: str, host: str, port: int | None,
+                          check_robots: bool) -> tuple[str, str] | None:
         try:
             literal = _literal_ip(host)
             if literal is not None:
                 self.policy.check(host, literal)
             else:
-                await self.resolver.resolve(host, parts.port or 0)
+                await self.resolver.resolve(host, port or 0)
         except BlockedAddress as error:
             return "ssrf_blocked", str(error)
         except OSError as error:
             return "dns_error", f"{host}: {error}"
         if check_robots and self.config.respect_robots:
-            robots = await self._robots(f"{parts.scheme}://{parts.netloc}")
+            robots = await self._robots(f"{scheme}://{netloc}")
             if robots is not None and not robots.can_fetch(url, self.config.user_agent):
                 return "robots_disallowed", url
         return None
@@ -224,14 +264,14 @@ class Fetcher:
         return self.gates[netloc]
 
     async def _request_with_retries(self, url: str, content_types: list[str], max_bytes: int,
-                                    deadline: asyncio.Timeout | None) -> Capture:
+                                    clock: _UrlClock | None) -> Capture:
         gate = self._gate(urlsplit(url).netloc)
         for attempt in range(self.config.retries + 1):
             async with gate.slots:
                 await gate.wait_turn()
                 async with self.slots:
-                    if deadline is not None and deadline.when() is None:  # the URL's clock starts now
-                        deadline.reschedule(asyncio.get_running_loop().time() + self.config.url_deadline_s)
+                    if clock is not None:  # the URL's clock runs from its first request on
+                        clock.start()
                     capture = await self._request(url, content_types, max_bytes)
             retryable = capture.status in RETRY_STATUSES or capture.reason == "connection_error"
             if not retryable or attempt == self.config.retries:
@@ -317,18 +357,6 @@ def _charset_from_header(content_type: str) -> str | None:
     return None
 
 
-def guess_charset(body: bytes) -> str:
-    """charset-normalizer's guess, but windows-1252 (the WHATWG legacy default) when it reads the
-    page nearly as cleanly: short Western pages otherwise come out as cp1257 or mac_latin2."""
-    results = list(from_bytes(body[:200_000]))
-    if not results:
-        return "utf-8"
-    western = next((r for r in results if "cp1252" in r.could_be_from_charset), None)
-    if western is not None and western.chaos <= results[0].chaos + WESTERN_MARGIN:
-        return "cp1252"
-    return results[0].encoding
-
-
 def html_to_text(body: bytes, content_type: str) -> tuple[str, str]:
     """Decode HTML bytes: declared header charset, then <meta>, then UTF-8, then a guess; each
     declaration is accepted only if it decodes the page strictly. Returns (text, charset used)."""
@@ -342,7 +370,7 @@ def html_to_text(body: bytes, content_type: str) -> tuple[str, str]:
             return body.decode(codecs.lookup(name).name), name
         except (LookupError, UnicodeDecodeError):
             continue
-    charset = guess_charset(body)
+    charset = guess_encoding(body)
     return body.decode(charset, errors="replace"), charset
 
 

@@ -39,6 +39,8 @@ _CREDIT_ANYWHERE = re.compile(
 )
 _CREDIT_WINDOW = 6_000  # characters after the start marker where credits and notes may sit
 _TITLE = re.compile(r"^Title:[ \t]*(.+(?:\n[ \t]+\S.*)*)", re.MULTILINE)
+# The same field glued to the line before it by a lost line break ("www.gutenberg.orgTitle: ...").
+_GLUED_TITLE = re.compile(r"(?<=[\w.])Title:[ \t]*(.+(?:\n[ \t]+\S.*)*)")
 _HEADER_CHARS = 20_000  # the Title: line and start marker sit in the first few hundred lines
 
 
@@ -55,7 +57,8 @@ def strip_gutenberg(text: str) -> str:
 
 def gutenberg_title(text: str) -> str | None:
     """The ``Title:`` header value (continuation lines joined), or None when there is no header."""
-    match = _TITLE.search(text[:_HEADER_CHARS])
+    header = text[:_HEADER_CHARS]
+    match = _TITLE.search(header) or _GLUED_TITLE.search(header)
     if match is None:
         return None
     return " ".join(match.group(1).split()) or None

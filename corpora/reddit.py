@@ -10,22 +10,30 @@ from __future__ import annotations
 
 import bz2
 import gzip
-import io
 import json
 import lzma
+import math
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal
+from typing import Literal
 
 import zstandard
 
-from corpusforge.corpora.document import Reject, make_id
+from corpusforge.corpora.document import InputFormatError, Reject, count_input, make_id
 from corpusforge.corpora.urls import Blocklist, clean_url
 
 SOURCE = "webtext"
 ZSTD_MAX_WINDOW = 2**31
+READ_BYTES = 1 << 20
+MAX_LINE_BYTES = 8 << 20  # a submission is a few KB; a longer "line" is a wrong or damaged file
+SNIFF_LINES = 1000  # this many lines without one submission: the file is not a submission dump
+INT_LIMIT = 2**53  # scores and times beyond this are noise, and must stay exact as floats / int64
+SUBMISSION_FIELDS = frozenset({"url", "title", "is_self"})  # a comment has none of them
+CORRUPTION = (OSError, EOFError, lzma.LZMAError, zlib.error, zstandard.ZstdError)
+_OPENERS = {".xz": lzma.open, ".bz2": bz2.open, ".gz": gzip.open}
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,20 +60,59 @@ class Link:
     submission_ids: tuple[str, ...]
 
 
-def open_dump(path: Path) -> IO[bytes]:
-    """A binary stream of the decompressed dump, chosen by file suffix, never read whole."""
+def dump_chunks(path: Path) -> Iterator[bytes]:
+    """Decompressed bytes of a dump (codec by file suffix), never read whole; damage or a cut anywhere,
+    in every codec, raises one of ``CORRUPTION`` after everything before it was yielded."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".zst":
-        raw = path.open("rb")
-        return zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW).stream_reader(raw, closefd=True)
-    if suffix == ".xz":
-        return lzma.open(path, "rb")
-    if suffix == ".bz2":
-        return bz2.open(path, "rb")
-    if suffix == ".gz":
-        return gzip.open(path, "rb")
-    return path.open("rb")
+        yield from _zstd_chunks(path)
+        return
+    with _OPENERS.get(suffix, open)(path, "rb") as stream:
+        # read1: one raw read per call, so a cut raises after the data before it came out (read() drops it)
+        yield from iter(lambda: stream.read1(READ_BYTES), b"")
+
+
+def _zstd_chunks(path: Path) -> Iterator[bytes]:
+    """zstandard's stream reader ends quietly at a cut frame; a decompressobj tells (``eof``)."""
+    decompressor = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
+    frame = decompressor.decompressobj()
+    started = False
+    with path.open("rb") as raw:
+        for data in iter(lambda: raw.read(READ_BYTES), b""):
+            while data:
+                started = True
+                out = frame.decompress(data)
+                if out:
+                    yield out
+                data = b""
+                if frame.eof:  # concatenated frames: the next one starts in the unused bytes
+                    data, frame, started = frame.unused_data, decompressor.decompressobj(), False
+    if started:
+        raise EOFError("zstd frame ended before its end (truncated dump)")
+
+
+def dump_lines(path: Path) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, line) for every line; ``None`` for a line longer than ``MAX_LINE_BYTES``, which
+    is skipped without being held in memory."""
+    pending = bytearray()
+    too_long = False
+    number = 0
+    for chunk in dump_chunks(path):
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            number += 1
+            too_long = too_long or len(pending) + end - start > MAX_LINE_BYTES
+            yield number, None if too_long else bytes(pending + chunk[start:end])
+            pending.clear()
+            too_long, start = False, end + 1
+        if not too_long:
+            pending += chunk[start:]
+            if len(pending) > MAX_LINE_BYTES:
+                pending.clear()
+                too_long = True
+    if pending or too_long:
+        yield number + 1, None if too_long else bytes(pending)
 
 
 def submission_reject(reason: str, key: str, detail: str = "") -> Reject:
@@ -73,50 +120,123 @@ def submission_reject(reason: str, key: str, detail: str = "") -> Reject:
 
 
 def _as_int(value: object) -> int:
-    try:
-        return int(float(value))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    """A count or time from any JSON value: numbers and numeric strings; NaN, inf, bools and the rest are 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return 0
+    if isinstance(value, int):
+        return max(-INT_LIMIT, min(INT_LIMIT, value))
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return 0
+    return int(max(-INT_LIMIT, min(INT_LIMIT, number))) if math.isfinite(number) else 0
+
+
+def _as_bool(value: object) -> bool:
+    """JSON booleans, 0/1 and their string spellings; ``"false"`` is false (``bool("false")`` is not)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return value is True or (isinstance(value, (int, float)) and not isinstance(value, bool) and value == 1)
+
+
+def _as_text(value: object) -> str:
+    """Strings and numbers as text; objects, lists, null and bools (schema noise) as ""."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return ""
+    return str(value)
 
 
 def _crosspost_url(row: dict) -> str | None:
     """A crosspost's own url points back to Reddit; the link is the parent's."""
-    parents = row.get("crosspost_parent_list") or []
-    for parent in parents:
-        if isinstance(parent, dict) and not parent.get("is_self") and parent.get("url"):
-            return str(parent["url"])
+    parents = row.get("crosspost_parent_list")
+    for parent in parents if isinstance(parents, list) else ():
+        if isinstance(parent, dict) and not _as_bool(parent.get("is_self")) and _as_text(parent.get("url")):
+            return _as_text(parent["url"])
     return None
 
 
 def parse_submission(line: bytes | str, where: str) -> Submission | Reject:
-    """One NDJSON line -> Submission, or a ``malformed_json`` reject keyed by file and line."""
+    """One NDJSON line -> Submission, or a reject keyed by file and line: ``malformed_json`` (not
+    JSON, nested too deep, not an object with an id) or ``not_a_submission`` (e.g. a comment)."""
     try:
         row = json.loads(line)
     except (ValueError, UnicodeDecodeError) as error:
         return submission_reject("malformed_json", where, str(error)[:200])
-    if not isinstance(row, dict) or not row.get("id"):
+    except RecursionError:
+        return submission_reject("malformed_json", where, "JSON nested too deeply")
+    if not isinstance(row, dict) or not _as_text(row.get("id")):
         return submission_reject("malformed_json", where, "not a submission object")
-    url = str(row.get("url") or "")
+    if not SUBMISSION_FIELDS.intersection(row):
+        return submission_reject("not_a_submission", where, f"object without {', '.join(sorted(SUBMISSION_FIELDS))}")
+    url = _as_text(row.get("url"))
     if row.get("crosspost_parent_list") and (not url or clean_url(url) is None or "reddit.com" in url):
         url = _crosspost_url(row) or url
     return Submission(
-        id=str(row["id"]),
+        id=_as_text(row["id"]),
         url=url,
         score=_as_int(row.get("score")),
-        subreddit=str(row.get("subreddit") or ""),
-        title=str(row.get("title") or ""),
-        is_self=bool(row.get("is_self")),
-        over_18=bool(row.get("over_18")),
+        subreddit=_as_text(row.get("subreddit")),
+        title=_as_text(row.get("title")),
+        is_self=_as_bool(row.get("is_self")),
+        over_18=_as_bool(row.get("over_18")),
         created_utc=_as_int(row.get("created_utc")),
     )
 
 
-def read_submissions(path: Path) -> Iterator[Submission | Reject]:
-    """Stream one dump; blank lines are skipped, everything else yields one record."""
-    with open_dump(path) as stream:
-        for number, line in enumerate(io.BufferedReader(stream, buffer_size=1 << 20), start=1):
-            if line.strip():
-                yield parse_submission(line, f"{Path(path).name}:{number}")
+def read_submissions(path: Path, counts: Counter[str] | None = None) -> Iterator[Submission | Reject]:
+    """Stream one dump: one record per non-blank line, counted into ``counts["inputs"]`` as read.
+
+    Any exception on a line becomes a ``parse_error`` reject keyed ``file:line``; damage or a cut
+    ends the file in one ``corrupt_input`` reject after the lines before it. A file in which no line
+    (of the first ``SNIFF_LINES``) is a submission raises ``InputFormatError``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"Reddit dump not found: {path}")
+    lines = submissions = 0
+    try:
+        for number, line in dump_lines(path):
+            if line is not None and not line.strip():
+                continue
+            count_input(counts)
+            lines += 1
+            where = f"{path.name}:{number}"
+            record = _parse_line(line, where)
+            submissions += isinstance(record, Submission)
+            yield record
+            if lines == SNIFF_LINES and not submissions:
+                raise InputFormatError(_format_error(path, f"first {lines}"))
+    except CORRUPTION as error:
+        count_input(counts)
+        detail = " ".join(f"{type(error).__name__}: {error}".split())
+        yield submission_reject("corrupt_input", f"{path.name}:corrupt", f"{path}: {detail} after {lines} lines")
+        return
+    if lines and not submissions:
+        raise InputFormatError(_format_error(path, str(lines)))
+
+
+def check_dump_format(path: Path) -> None:
+    """Raise ``InputFormatError`` (or ``FileNotFoundError``) now, before a build starts, unless a
+    submission comes among the first ``SNIFF_LINES`` lines; damage is not a format error (the build
+    counts it)."""
+    for record in read_submissions(path):
+        if isinstance(record, Submission) or record.reason == "corrupt_input":
+            return
+
+
+def _parse_line(line: bytes | None, where: str) -> Submission | Reject:
+    """The per-line exception boundary: whatever a line holds, it ends as one record."""
+    if line is None:
+        return submission_reject("line_too_long", where, f"over {MAX_LINE_BYTES} bytes")
+    try:
+        return parse_submission(line, where)
+    except Exception as error:  # noqa: BLE001 - one odd line must never end a dump
+        return submission_reject("parse_error", where, " ".join(f"{type(error).__name__}: {error}".split())[:300])
+
+
+def _format_error(path: Path, lines: str) -> str:
+    return (f"{path}: none of its {lines} lines is a Reddit submission; expected a Pushshift submissions "
+            "dump (RS_*): one JSON object per line with id, url and title, as .zst, .xz, .bz2, .gz or plain NDJSON")
 
 
 def screen(submission: Submission, blocklist: Blocklist, exclude_over_18: bool) -> tuple[str, Submission] | Reject:

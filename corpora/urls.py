@@ -4,6 +4,11 @@ Reddit links to one page under many spellings (``www.``, trailing slash, ``#anch
 ``?utm_source=...``). Karma is summed per canonical URL, so every spelling must map to one key.
 courlan scrubs the raw string and decodes punycode hosts; its tracker regex is too greedy for a
 grouping key (it drops ``?game=`` and ``?keyword=``), so query filtering uses an explicit list here.
+
+Only the key is canonical. The URL that is fetched is the spelling that was submitted, with the
+``&amp;`` of HTML-escaped dumps undone and nothing else changed: servers expect the spelling they
+linked (``index.ssf?/base/news-3/1180.xml&coll=1`` breaks once its slashes are encoded, its bare key
+given ``=`` or its parameters reordered).
 """
 from __future__ import annotations
 
@@ -43,7 +48,7 @@ def is_tracking_param(name: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class CleanUrl:
-    """``fetch`` keeps the spelling a server expects (scheme, ``www.``); ``key`` merges spellings."""
+    """``fetch`` is the submitted spelling (``&amp;`` unescaped); ``key`` merges spellings."""
 
     fetch: str
     key: str
@@ -69,13 +74,21 @@ def _clean_path(path: str) -> str:
     return quote(UNRESERVED_ESCAPE.sub(_unescape_unreserved, resolved), safe="/:@!$&'()*+,;=~%-._")
 
 
+def fetch_spelling(raw: str) -> str:
+    """The submitted URL as it is fetched: stripped, ``&amp;`` unescaped (twice-escaped dumps too),
+    ``http://`` before a bare ``www.`` host; every other character as submitted."""
+    text = raw.strip()
+    while "&amp;" in text:
+        text = text.replace("&amp;", "&")
+    return "http://" + text if "://" not in text and text.lower().startswith("www.") else text
+
+
 def clean_url(raw: str) -> CleanUrl | None:
-    """Normalise one submitted URL; None when it is not an absolute http(s) URL with a host."""
+    """Key and fetch spelling of one submitted URL; None when it is not an absolute http(s) URL with a host."""
     if not raw or not isinstance(raw, str):
         return None
-    text = scrub_url(html.unescape(raw.strip()))
-    if "://" not in text and text.lower().startswith("www."):
-        text = "http://" + text
+    fetch = fetch_spelling(raw)
+    text = scrub_url(html.unescape(fetch))
     try:
         parts = urlsplit(text)
         port = parts.port
@@ -95,7 +108,6 @@ def clean_url(raw: str) -> CleanUrl | None:
     path = _clean_path(parts.path)
     pairs = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if not is_tracking_param(k)]
     query = urlencode(sorted(pairs), doseq=True)
-    fetch = urlunsplit((scheme, netloc, path, query, ""))
     bare_netloc = netloc[4:] if netloc.startswith("www.") else netloc
     key_path = path.rstrip("/") if path != "/" else ""
     key_path = key_path[: -len("/index.html")] if key_path.endswith("/index.html") else key_path

@@ -4,28 +4,37 @@ Responses are stored as standard ``response`` records with the raw, still conten
 failures as ``metadata`` records whose JSON payload carries the reject reason. The URL that was
 asked for travels in ``WARC-Corpusforge-Request-URI`` (the target URI is the final hop), so a
 replay finds a capture by the URL it would have fetched. Foreign WARCs (wget, Common Crawl) replay
-by their target URI. Files are written under a temporary name and renamed when complete.
+by their target URI. The index can key captures canonically, so that a page captured under another
+spelling (parameter order, an empty parameter, a ``#fragment``) is still found. Files are written under a temporary name and renamed when complete.
 """
 from __future__ import annotations
 
 import dataclasses
 import io
 import json
-import os
-import uuid
-from collections.abc import Iterator
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import quote
 
 from warcio.archiveiterator import ArchiveIterator
 from warcio.bufferedreaders import ChunkedDataReader
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
+from corpusforge.corpora.document import count_input
+from corpusforge.files import atomic_path
+
+log = logging.getLogger(__name__)
+
 REQUEST_URI = "WARC-Corpusforge-Request-URI"
 FAILURE_TYPE = "application/vnd.corpusforge.failure+json"
 HOP_HEADERS = {"transfer-encoding", "content-length"}  # describe the wire, not the stored body
+_PRINTABLE_ASCII = "".join(map(chr, range(0x20, 0x7F)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +58,21 @@ class Capture:
 
 
 class WarcFile:
-    """Append captures to ``path`` (gzip per record); visible only after ``close`` renames it."""
+    """Append captures to ``path`` (gzip per record) inside a ``with`` block; the file appears only
+    when the block ends normally (``corpusforge.files.atomic_path``)."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self._stack = ExitStack()
+
+    def __enter__(self) -> "WarcFile":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.path.with_name(f"{self.path.name}.tmp-{uuid.uuid4().hex}")
-        self.stream = self.tmp.open("wb")
+        with ExitStack() as stack:
+            temp = stack.enter_context(atomic_path(self.path))
+            self.stream = stack.enter_context(temp.open("wb"))
+            self._stack = stack.pop_all()
         self.writer = WARCWriter(self.stream, gzip=True)
+        return self
 
     def write(self, capture: Capture) -> Capture:
         """Write one capture; returns it with its WARC-Record-ID filled in."""
@@ -70,7 +86,7 @@ class WarcFile:
                 warc_content_type=FAILURE_TYPE, warc_headers_dict=warc_headers,
             )
         else:
-            headers = [(k, v) for k, v in capture.headers if k.lower() not in HOP_HEADERS]
+            headers = [(_ascii(k), _ascii(v)) for k, v in capture.headers if k.lower() not in HOP_HEADERS]
             headers.append(("Content-Length", str(len(capture.body))))
             http_headers = StatusAndHeaders(str(capture.status), headers, protocol="HTTP/1.1")
             record = self.writer.create_warc_record(
@@ -81,19 +97,14 @@ class WarcFile:
         record_id = record.rec_headers.get_header("WARC-Record-ID")
         return dataclasses.replace(capture, record_id=record_id)
 
-    def close(self) -> None:
-        self.stream.close()
-        os.replace(self.tmp, self.path)
+    def __exit__(self, *exc_info: object) -> None:
+        self._stack.__exit__(*exc_info)  # type: ignore[arg-type]
 
-    def abort(self) -> None:
-        self.stream.close()
-        self.tmp.unlink(missing_ok=True)
 
-    def __enter__(self) -> "WarcFile":
-        return self
-
-    def __exit__(self, kind: object, *_: object) -> None:
-        self.abort() if kind else self.close()
+def _ascii(text: str) -> str:
+    """A header line's text as warcio can write it (ASCII; its own fallback fails on ``;\x80=0``):
+    non-ASCII and control characters percent-encoded, as RFC 8187 does, so no value breaks a record."""
+    return text if text.isascii() and text.isprintable() else quote(text, safe=_PRINTABLE_ASCII)
 
 
 def _payload(record, max_bytes: int) -> bytes:  # type: ignore[no-untyped-def]
@@ -102,6 +113,13 @@ def _payload(record, max_bytes: int) -> bytes:  # type: ignore[no-untyped-def]
     if record.http_headers and "chunked" in (record.http_headers.get_header("Transfer-Encoding") or "").lower():
         stream = ChunkedDataReader(stream, decomp_type=None)
     return stream.read(max_bytes + 1)
+
+
+def _is_capture(record) -> bool:  # type: ignore[no-untyped-def]
+    """A fetch outcome: a response, or one of our failure records (not requests, warcinfo, ...)."""
+    if record.rec_type == "response":
+        return True
+    return record.rec_type == "metadata" and record.rec_headers.get_header("Content-Type") == FAILURE_TYPE
 
 
 def _to_capture(record, max_bytes: int) -> Capture | None:  # type: ignore[no-untyped-def]
@@ -120,13 +138,39 @@ def _to_capture(record, max_bytes: int) -> Capture | None:  # type: ignore[no-un
     return None
 
 
-def iter_captures(path: Path, max_bytes: int = 20_000_000) -> Iterator[Capture]:
-    """Every response or failure record of one WARC, in file order."""
-    with Path(path).open("rb") as stream:
-        for record in ArchiveIterator(stream):
-            capture = _to_capture(record, max_bytes)
-            if capture is not None:
-                yield capture
+def iter_captures(path: Path, max_bytes: int = 20_000_000, counts: Counter[str] | None = None) -> Iterator[Capture]:
+    """Every response or failure record of one WARC, in file order, each counted into
+    ``counts["inputs"]`` as it is read. A record that cannot be read is a capture with reason
+    ``malformed_record``; damage that ends the file (a cut, bad gzip) one ``corrupt_input`` capture
+    after the records before it, so a damaged WARC never stops a build."""
+    path = Path(path)
+    with path.open("rb") as stream:
+        records = ArchiveIterator(stream)
+        while True:
+            try:
+                record = next(records, None)
+            except Exception as error:  # noqa: BLE001 - warcio raises many types on damaged input
+                count_input(counts)
+                yield Capture(url=str(path), reason="corrupt_input", detail=_describe(error))
+                return
+            if record is None:
+                return
+            if not _is_capture(record):
+                continue
+            count_input(counts)
+            try:
+                capture = _to_capture(record, max_bytes)
+            except Exception as error:  # noqa: BLE001 - one bad record must not end the file
+                capture = None
+                detail = _describe(error)
+            else:
+                detail = "" if capture is not None else "response record without HTTP headers"
+            url = record.rec_headers.get_header(REQUEST_URI) or record.rec_headers.get_header("WARC-Target-URI")
+            yield capture or Capture(url=url or str(path), reason="malformed_record", detail=detail)
+
+
+def _describe(error: BaseException) -> str:
+    return " ".join(f"{type(error).__name__}: {error}".split())[:300]
 
 
 def warc_files(warc_dir: Path) -> list[Path]:
@@ -136,25 +180,28 @@ def warc_files(warc_dir: Path) -> list[Path]:
     return sorted(p for p in Path(warc_dir).iterdir() if p.name.endswith((".warc.gz", ".warc")) and p.is_file())
 
 
-def index_warcs(warc_dir: Path) -> dict[str, tuple[Path, int]]:
-    """Requested URL -> (file, record offset). A response beats a failure; else the later file wins."""
+def index_warcs(warc_dir: Path, key: Callable[[str], str] = str) -> dict[str, tuple[Path, int]]:
+    """``key(requested URL)`` -> (file, record offset). A response beats a failure; else the later file wins.
+    A damaged file is indexed up to its damage (what is not found is fetched again)."""
     index: dict[str, tuple[Path, int]] = {}
     succeeded: set[str] = set()
     for path in warc_files(warc_dir):
         with path.open("rb") as stream:
             records = ArchiveIterator(stream)
-            for record in records:
-                headers = record.rec_headers
-                is_response = record.rec_type == "response"
-                is_failure = record.rec_type == "metadata" and headers.get_header("Content-Type") == FAILURE_TYPE
-                if not (is_response or is_failure):
-                    continue
-                url = headers.get_header(REQUEST_URI) or headers.get_header("WARC-Target-URI") or ""
-                if url in succeeded and not is_response:
-                    continue
-                index[url] = (path, records.get_record_offset())
-                if is_response:
-                    succeeded.add(url)
+            try:
+                for record in records:
+                    if not _is_capture(record):
+                        continue
+                    is_response = record.rec_type == "response"
+                    headers = record.rec_headers
+                    url = key(headers.get_header(REQUEST_URI) or headers.get_header("WARC-Target-URI") or "")
+                    if url in succeeded and not is_response:
+                        continue
+                    index[url] = (path, records.get_record_offset())
+                    if is_response:
+                        succeeded.add(url)
+            except Exception as error:  # noqa: BLE001 - warcio raises many types on damaged input
+                log.warning("%s: indexed up to damage (%s)", path, _describe(error))
     return index
 
 

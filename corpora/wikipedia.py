@@ -16,22 +16,26 @@ from __future__ import annotations
 import bz2
 import html
 import io
-import os
 import re
-import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO, Literal
 
 from tqdm import tqdm
 
-from corpusforge.corpora.document import Document, Reject, make_id
-from corpusforge.corpora.wikitext import wikitext_to_text
+from corpusforge.corpora.document import Document, Reject, count_input, make_id
+from corpusforge.corpora.wikitext import MarkupTimeout, wikitext_to_text
+from corpusforge.files import atomic_path
 
 SOURCE = "wikipedia"
 READ_BYTES = 1 << 20
+PAGE_BUDGET_S = 10.0  # one page's markup conversion; the converter is linear, this bounds the rest
+DAMAGED_HEAD_BYTES = 64 * 1024  # of a broken page, read for its id and title
+MAX_PROLOGUE_BYTES = 16 << 20  # a dump's header (siteinfo) is a few KB
 
 # Templates that mark a disambiguation page (English and a few localized names).
 _DISAMBIGUATION = re.compile(
@@ -41,7 +45,7 @@ _DISAMBIGUATION = re.compile(
     re.I,
 )
 _PAGE_ID = re.compile(rb"<id>\s*(\d+)\s*</id>")
-_TITLE = re.compile(rb"<title>(.*?)</title>", re.S)
+_TITLE = re.compile(rb"<title>([^<]*)")  # no "</title>" needed: a broken page is named too
 _XML_DECLARATION = re.compile(rb"<\?xml[^>]*\?>\s*")
 _ENCODING = re.compile(rb"""encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
 
@@ -95,45 +99,162 @@ def read_stream_offsets(index_path: Path) -> list[int]:
 
 
 def read_range(
-    r: DumpRange, *, keep_headings: bool = True, drop_disambiguation: bool = True
+    r: DumpRange,
+    *,
+    keep_headings: bool = True,
+    drop_disambiguation: bool = True,
+    page_budget_s: float | None = PAGE_BUDGET_S,
+    counts: Counter[str] | None = None,
 ) -> Iterator[Document | Reject]:
-    """Documents (namespace 0 articles) and Rejects for every page in the range, in file order."""
-    parser = ET.XMLPullParser(events=("start", "end"))
-    site: _SiteInfo | None = None
-    root: ET.Element | None = None
-    depth = 0
-    closed = False
-    head = b""  # the document's first bytes: its BOM or XML declaration
+    """Documents (namespace 0 articles) and Rejects for every page in the range, in file order.
+
+    Each ``</page>`` read, each page the XML breaks in (``malformed_xml``, reading resumes at the
+    next ``<page>``) and a damaged or cut end (``corrupt_input``) counts one into ``counts["inputs"]``.
+    """
+    reader = _RangeReader(r, partial(_page, keep_headings=keep_headings, drop_disambiguation=drop_disambiguation,
+                                     budget_s=page_budget_s), counts)
     try:
-        for chunk in _xml_chunks(r):
-            head = head or chunk[:512]
-            parser.feed(chunk)
-            for event, elem in parser.read_events():
-                if event == "start":
-                    depth += 1
-                    if depth == 1:
-                        root = elem
-                    continue
-                depth -= 1
-                name = _local(elem.tag)
-                if depth == 0:
-                    closed = True
-                elif depth == 1 and name == "siteinfo":
-                    site = _site_info(elem, root, r.path)
-                elif depth == 1 and name == "page":
-                    if site is None:
-                        site = _site_info(None, root, r.path)
-                    yield _page(elem, site, keep_headings, drop_disambiguation)
-                    root.clear()  # bounded memory: drop the finished page
-        if depth > 1:
-            raise EOFError("the XML ends inside a page (truncated dump)")
-        if not closed:  # a multistream range (or a dump) that ends between two pages
-            parser.feed(_closing_tag(root, head))
-        parser.close()
+        yield from reader.records()
     except (OSError, EOFError, ET.ParseError, ValueError, LookupError) as error:
-        detail = " ".join(f"{type(error).__name__}: {error}".split())
+        count_input(counts)
         key = f"{r.path}@{r.start}"
-        yield Reject(make_id(SOURCE, f"{key}:corrupt"), SOURCE, "corrupt_input", detail, r.path)
+        yield Reject(make_id(SOURCE, f"{key}:corrupt"), SOURCE, "corrupt_input", _describe(error), r.path)
+
+
+class _RangeReader:
+    """One pass of an XML pull parser over a range. The raw bytes of the page being parsed are kept
+    (with the offsets of the ``<page>`` tags seen), so that when the XML breaks inside a page, that
+    page becomes one reject and a fresh parser resumes at the next ``<page>``, primed with the
+    dump's own prologue (declaration, root element, siteinfo) for its encoding and namespaces."""
+
+    def __init__(self, r: DumpRange, convert: Callable[[ET.Element, _SiteInfo], Document | Reject],
+                 counts: Counter[str] | None) -> None:
+        self.r, self.convert, self.counts = r, convert, counts
+        self.site: _SiteInfo | None = None
+        self.head = b""  # the document's first bytes: its BOM or XML declaration
+        self.codec = "utf-8"
+        self.marker = b"<page>"
+        self.buffer = bytearray()  # raw bytes from ``base`` on: the page in progress and what follows
+        self.base = 0
+        self.fed = 0  # offset up to which the current parser was fed
+        self.starts: deque[int] = deque()  # offsets of <page> tags whose page has not ended yet
+        self.prologue: bytes | None = None  # the bytes before the first <page>, once seen
+        self.damaged: tuple[int, bytes, ET.ParseError] | None = None  # a broken page: offset, head, error
+        self._new_parser()
+
+    def _new_parser(self) -> None:
+        self.parser = ET.XMLPullParser(events=("start", "end"))
+        self.root: ET.Element | None = None
+        self.depth = 0
+        self.closed = False
+
+    def records(self) -> Iterator[Document | Reject]:
+        for chunk in _xml_chunks(self.r):
+            if not self.head:
+                self.head = chunk[:512]
+                self.codec = _byte_codec(self.head)
+                self.marker = "<page>".encode(self.codec)
+            self._take(chunk)
+            yield from self._advance()
+        if self.damaged is not None:  # the broken page runs to the end of the data
+            yield self._damaged_reject(len(self.buffer) + self.base)
+            return
+        if self.depth > 1:
+            raise EOFError("the XML ends inside a page (truncated dump)")
+        if not self.closed:  # a multistream range (or a dump) that ends between two pages
+            self.parser.feed(_closing_tag(self.root, self.head))
+        self.parser.close()
+        yield from self._events()
+
+    def _take(self, chunk: bytes) -> None:
+        """Append raw bytes, noting every <page> tag (also one split across two chunks)."""
+        search = max(self.base + len(self.buffer) - len(self.marker) + 1, self.base)
+        self.buffer += chunk
+        while (found := self.buffer.find(self.marker, search - self.base)) >= 0:
+            self.starts.append(self.base + found)
+            if self.prologue is None:
+                self.prologue = bytes(self.buffer[:found]) if self.base == 0 else b""
+            search = self.base + found + len(self.marker)
+
+    def _advance(self) -> Iterator[Document | Reject]:
+        while True:
+            if self.damaged is not None:
+                resume = next((start for start in self.starts if start > self.damaged[0]), None)
+                if resume is None:  # skip on: the next <page> is further on
+                    self.fed = self.base + len(self.buffer)
+                    self._trim(self.fed - len(self.marker))
+                    return
+                yield self._damaged_reject(resume)
+                self._restart(resume)
+            data = self.buffer[self.fed - self.base:]
+            self.fed = self.base + len(self.buffer)
+            try:
+                self.parser.feed(bytes(data))
+                yield from self._events()
+            except ET.ParseError as error:
+                if not self.prologue:  # broken before the first page: nothing to resume with
+                    raise
+                start = self.starts[0] if self.starts else self.fed
+                head = bytes(self.buffer[start - self.base:][:DAMAGED_HEAD_BYTES])
+                self.damaged = (start, head, error)
+                continue
+            self._trim(self.starts[0] if self.starts else self.fed - len(self.marker))
+            return
+
+    def _events(self) -> Iterator[Document | Reject]:
+        for event, elem in self.parser.read_events():
+            if event == "start":
+                self.depth += 1
+                if self.depth == 1:
+                    self.root = elem
+                continue
+            self.depth -= 1
+            name = _local(elem.tag)
+            if self.depth == 0:
+                self.closed = True
+            elif self.depth == 1 and name == "siteinfo":
+                self.site = _site_info(elem, self.root, self.r.path)
+            elif self.depth == 1 and name == "page":
+                if self.starts:
+                    self.starts.popleft()
+                count_input(self.counts)
+                if self.site is None:
+                    self.site = _site_info(None, self.root, self.r.path)
+                yield self.convert(elem, self.site)
+                self.root.clear()  # type: ignore[union-attr]  # bounded memory: drop the finished page
+
+    def _damaged_reject(self, end: int) -> Reject:
+        """One reject for the page the XML broke in, named by its id and title where readable."""
+        start, head, error = self.damaged  # type: ignore[misc]
+        raw = head[: end - start]
+        page_id, title = _page_id_and_title(raw.decode(self.codec, errors="replace").encode("utf-8"))
+        site_key = self.site.key if self.site else Path(self.r.path).name
+        count_input(self.counts)
+        self.damaged = None
+        return Reject(make_id(SOURCE, f"{site_key}:{page_id}" if page_id else f"{self.r.path}@{start}:damaged"),
+                      SOURCE, "malformed_xml", f"byte {start}: {_describe(error)}", title or f"{self.r.path}@{start}")
+
+    def _restart(self, resume: int) -> None:
+        """A fresh parser primed with the prologue, fed on from the <page> at ``resume``."""
+        self._new_parser()
+        while self.starts and self.starts[0] < resume:
+            self.starts.popleft()
+        self.parser.feed(self.prologue or b"")
+        for _ in self._events():  # siteinfo again; the prologue holds no page
+            pass
+        self._trim(resume)
+        self.fed = resume
+
+    def _trim(self, keep_from: int) -> None:
+        """Drop buffered bytes before ``keep_from`` (never the ones not yet fed, nor the prologue)."""
+        if self.prologue is None and len(self.buffer) < MAX_PROLOGUE_BYTES:
+            return
+        if self.prologue is None:
+            self.prologue = b""  # no <page> in sight: too far in to resume with this prologue
+        cut = min(keep_from, self.fed) - self.base
+        if cut > 0:
+            del self.buffer[:cut]
+            self.base += cut
 
 
 def build_multistream(src: Path, dst: Path, index: Path, pages_per_stream: int = 100) -> None:
@@ -141,10 +262,7 @@ def build_multistream(src: Path, dst: Path, index: Path, pages_per_stream: int =
     index: the header in stream one, ``pages_per_stream`` pages per stream, the footer last."""
     if pages_per_stream < 1:
         raise ValueError(f"pages_per_stream must be >= 1, got {pages_per_stream}")
-    dst, index = Path(dst), Path(index)
-    dst_tmp = dst.with_name(f"{dst.name}.tmp-{uuid.uuid4().hex}")
-    index_tmp = index.with_name(f"{index.name}.tmp-{uuid.uuid4().hex}")
-    try:
+    with atomic_path(Path(dst)) as dst_tmp, atomic_path(Path(index)) as index_tmp:
         with (
             open(dst_tmp, "wb") as out,
             bz2.open(index_tmp, "wb") as index_out,
@@ -170,11 +288,6 @@ def build_multistream(src: Path, dst: Path, index: Path, pages_per_stream: int =
                 if pages:
                     flush_pages()
                 out.write(bz2.compress(data))  # header or footer: a stream of its own
-        os.replace(dst_tmp, dst)
-        os.replace(index_tmp, index)
-    finally:
-        for tmp in (dst_tmp, index_tmp):
-            tmp.unlink(missing_ok=True)
 
 
 def _dump_parts(src: Path) -> Iterator[tuple[Literal["header", "page", "footer"], bytes]]:
@@ -313,7 +426,9 @@ def _site_info(siteinfo: ET.Element | None, root: ET.Element | None, path: str) 
     return _SiteInfo(key, url_base, media)
 
 
-def _page(page: ET.Element, site: _SiteInfo, keep_headings: bool, drop_disambiguation: bool) -> Document | Reject:
+def _page(
+    page: ET.Element, site: _SiteInfo, *, keep_headings: bool, drop_disambiguation: bool, budget_s: float | None
+) -> Document | Reject:
     """One ``<page>`` element as a Document, or the Reject saying why it is not an article."""
     fields = {"title": "", "ns": "", "id": "", "redirect": None}
     revision: ET.Element | None = None
@@ -336,9 +451,12 @@ def _page(page: ET.Element, site: _SiteInfo, keep_headings: bool, drop_disambigu
     if drop_disambiguation and (_DISAMBIGUATION.search(wikitext) or title.endswith("(disambiguation)")):
         return Reject(doc_id, SOURCE, "disambiguation", "", title)
     try:
-        text = wikitext_to_text(wikitext, keep_headings=keep_headings, media_prefixes=site.media_prefixes)
+        text = wikitext_to_text(wikitext, keep_headings=keep_headings, media_prefixes=site.media_prefixes,
+                                budget_s=budget_s)
+    except MarkupTimeout as error:
+        return Reject(doc_id, SOURCE, "markup_timeout", str(error), title)
     except Exception as error:  # noqa: BLE001 - one bad page must never stop a dump
-        return Reject(doc_id, SOURCE, "parse_error", " ".join(f"{type(error).__name__}: {error}".split()), title)
+        return Reject(doc_id, SOURCE, "parse_error", _describe(error), title)
     if not text.strip():
         return Reject(doc_id, SOURCE, "empty", "no text after markup removal", title)
     url = site.url_base + title.replace(" ", "_")
@@ -383,6 +501,19 @@ def _find_index(path: Path) -> Path | None:
             if candidate.is_file():
                 return candidate
     return None
+
+
+def _byte_codec(head: bytes) -> str:
+    """The codec the dump's bytes are in (BOM-less), for finding its ``<page>`` tags as bytes."""
+    if head.startswith((b"\xfe\xff", b"\x00<")):
+        return "utf-16-be"
+    if head.startswith((b"\xff\xfe", b"<\x00")):
+        return "utf-16-le"
+    return "utf-8"  # UTF-8 and the 8-bit encodings spell ASCII tags alike
+
+
+def _describe(error: BaseException) -> str:
+    return " ".join(f"{type(error).__name__}: {error}".split())
 
 
 def _local(tag: str) -> str:

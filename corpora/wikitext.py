@@ -9,9 +9,12 @@ interlanguage links, math and galleries. Link and formatting markup is reduced t
 """
 from __future__ import annotations
 
+import bisect
+import functools
 import html
 import re
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
 # Tags whose whole content is not prose (a ``<ref>`` is a citation, ``<math>`` is TeX, ...).
 DROPPED_TAGS = (
@@ -42,21 +45,26 @@ _SISTER_PREFIXES = frozenset({
 })
 
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
-_DROPPED = re.compile(
-    r"<(%s)\b[^>]*?(?:/>|>.*?</\1\s*>)" % "|".join(DROPPED_TAGS), re.S | re.I
-)
+# Closing and self-closing tags of DROPPED_TAGS; "[^<>]" keeps every scan within one tag.
+_CLOSING_TAG = re.compile(r"</(%s)\s*>" % "|".join(DROPPED_TAGS), re.I)
+_SELF_CLOSING_TAG = re.compile(r"<(?:%s)\b[^<>]*/>" % "|".join(DROPPED_TAGS), re.I)
 _TEMPLATE_PARAM = re.compile(r"\{\{\{[^{}]*\}\}\}")
-# Tokens of the nesting scan: template braces anywhere, table braces only at a line start
-# (checked in the scan); "|}}" is a template's empty last parameter, not a table end.
-_NEST_TOKEN = re.compile(r"\{\{|\}\}|\{\||\|\}(?!\})")
+# Tokens of the nesting scan: template braces anywhere, table braces (group 1) only at a line
+# start after indentation; "|}}" is a template's empty last parameter, not a table end.
+_NEST_TOKEN = re.compile(r"\{\{|\}\}|^[ \t:]*(\{\||\|\}(?!\}))", re.M)
+_NEST_CLOSER = re.compile(r"\}\}|^[ \t:]*\|\}(?!\})", re.M)
+# With no closer anywhere every opener is unclosed and loses its two characters (a template opener
+# alone on its line also its line break): one substitution instead of one scan step per opener.
+_UNCLOSED_OPENER = re.compile(r"^\{\{\n|\{\{|^\{\|\n|^([ \t:]*)\{\|", re.M)
+_UNCLOSED_TEMPLATE = re.compile(r"^\{\{\n|\{\{", re.M)
 _EXTERNAL_LINK = re.compile(r"\[(?:https?:|ftp:|mailto:|//)[^\s\[\]]*(?:[ \t]+([^\[\]\n]*))?\]", re.I)
 _BARE_URL_BRACKET = re.compile(r"\[(?:https?:|ftp:)//[^\s\]]*\]")
 # Innermost links: no "[[" or "]]" inside, single brackets allowed ("caption [sic]").
-_INTERNAL_LINK = re.compile(r"\[\[([^\[\]]*(?:(?:\[(?!\[)|\](?!\]))[^\[\]]*)*)\]\]")
+_INTERNAL_LINK = re.compile(r"\[\[([^\[\]]*+(?:(?:\[(?!\[)|\](?!\]))[^\[\]]*+)*+)\]\]")  # possessive: no backtracking
 _INTERLANGUAGE = re.compile(r"[a-z]{2,3}(?:-[a-z0-9]{2,8}){0,2}|simple|be-x-old|roa-tara")
 # Line-anchored patterns start with a literal "\n" (the text is wrapped in newlines): re's
 # literal-prefix search makes that several times faster than "^" with re.M.
-_HEADING = re.compile(r"\n(={1,6})[ \t]*(.+?)[ \t]*\1[ \t]*(?=\n)")
+_HEADING = re.compile(r"\n(={1,6})([^\n]*)(?=\n)")  # a candidate line; _heading checks the closing marks
 _BOLD_ITALIC = re.compile(r"'''''|'''|''")
 _MAGIC_WORD = re.compile(r"__[A-Z_]{2,30}__")
 _HTML_TAG = re.compile(r"</?[a-zA-Z][a-zA-Z0-9]*\b[^<>]*?/?>")
@@ -65,45 +73,114 @@ _LIST_CHARS = "*#:; \t"
 _EMPTY_PARENS = re.compile(r"\([ \t]*(?:[,;:.][ \t]*)*\)")
 _SPACES = re.compile(r"  +")
 _LEFTOVER = ("{{", "}}", "[[", "]]", "{|", "|}")
+_BRACKET_RUN = re.compile(r"[{}\[\]|]{2,}")
+_REPLACE_PASSES = 4  # then a stack settles what is left of the run in one pass
 _HEADING_MARK = "\x00H"  # + level digit; marks heading lines until paragraphs are joined
 _LEVELS = ("1", "2", "3", "4", "5", "6")
 
 
+class MarkupTimeout(TimeoutError):
+    """A page's markup took longer than its time budget to convert."""
+
+
 def wikitext_to_text(
-    wikitext: str, *, keep_headings: bool = True, media_prefixes: Iterable[str] = ()
+    wikitext: str, *, keep_headings: bool = True, media_prefixes: Iterable[str] = (), budget_s: float | None = None
 ) -> str:
     """Plain text of a page: paragraphs joined by a blank line, list items one per line.
 
     Section headings are kept (``keep_headings``) as a paragraph of their own, without the
     ``==`` marks, so sentence splitters never glue a heading onto the next sentence.
     ``media_prefixes`` adds localized File/Category namespace names (from the dump's siteinfo).
+    Every step is linear in the page size; ``budget_s`` still bounds one page's time (checked
+    between steps) and raises ``MarkupTimeout`` past it, so no page can stall a worker.
     """
     media = MEDIA_PREFIXES | {p.lower() for p in media_prefixes}
-    text = _COMMENT.sub("", f"\n{wikitext}\n")
-    text = _DROPPED.sub("", text)
-    text = _TEMPLATE_PARAM.sub("", text)
-    text = _drop_nested(text)
-    text = _MAGIC_WORD.sub("", text)
-    text = _BARE_URL_BRACKET.sub("", text)
-    text = _EXTERNAL_LINK.sub(lambda m: m.group(1) or "", text)
-    text = _rewrite_links(text, media)
-    text = _HEADING.sub(_mark_heading if keep_headings else "\n", text)
-    text = _BOLD_ITALIC.sub("", text)
-    text = _HTML_TAG.sub("", text)
-    text = html.unescape(text)
-    text = _HORIZONTAL_RULE.sub("\n", text)
-    text = _EMPTY_PARENS.sub("", text)
-    text = _drop_leftover(text)
+    steps: tuple[Callable[[str], str], ...] = (
+        lambda text: _COMMENT.sub("", text),
+        _drop_tags,
+        lambda text: _TEMPLATE_PARAM.sub("", text),
+        _drop_nested,
+        lambda text: _MAGIC_WORD.sub("", text),
+        lambda text: _BARE_URL_BRACKET.sub("", text),
+        lambda text: _EXTERNAL_LINK.sub(lambda m: m.group(1) or "", text),
+        lambda text: _rewrite_links(text, media),
+        lambda text: _HEADING.sub(lambda m: _heading(m, keep_headings), text),
+        lambda text: _BOLD_ITALIC.sub("", text),
+        lambda text: _HTML_TAG.sub("", text),
+        html.unescape,
+        lambda text: _HORIZONTAL_RULE.sub("\n", text),
+        lambda text: _EMPTY_PARENS.sub("", text),
+        _drop_leftover,
+        _normalize_spaces,
+        _paragraphs,
+    )
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    text = f"\n{wikitext}\n"
+    for step in steps:
+        text = step(text)
+        if deadline is not None and time.monotonic() > deadline:
+            raise MarkupTimeout(f"over {budget_s}s converting {len(wikitext)} characters of markup")
+    return text
+
+
+def _normalize_spaces(text: str) -> str:
     for char in "\t\u00a0\u2009\u202f":
         text = text.replace(char, " ")
     text = _SPACES.sub(" ", text.replace("\u200b", ""))
     for punctuation in ",.)":
         text = text.replace(f" {punctuation}", punctuation)
-    return _paragraphs(text)
+    return text
 
 
-def _mark_heading(m: re.Match[str]) -> str:
-    return f"\n\n{_HEADING_MARK}{len(m.group(1))}{m.group(2)}\n"
+def _heading(m: re.Match[str], keep: bool) -> str:
+    """``== Title ==`` (the same number of ``=`` closing it, trailing blanks allowed) as a marked
+    heading line, or a bare line break when headings are dropped; any other line unchanged."""
+    opening = m.group(1)
+    line = (opening + m.group(2)).rstrip(" \t")
+    for level in range(len(opening), 0, -1):
+        title = line[level:-level].strip(" \t")
+        if len(line) > 2 * level and line.endswith("=" * level) and title:
+            return f"\n\n{_HEADING_MARK}{level}{title}\n" if keep else "\n"
+    return m.group(0)
+
+
+def _drop_tags(text: str) -> str:
+    """Remove ``<ref>...</ref>``-like elements (and self-closing ones), scanning forward once.
+
+    An opener takes everything up to the first closer of its name after it; an opener never
+    closed stays (its content is kept as text). Only names that close somewhere are searched
+    for, each only up to its last closer, so unclosed tags cost nothing at all (a regex
+    ``<ref>.*?</ref>`` rescans to the end for each: 13 s for ``'<ref>' * 4000``).
+    """
+    if "/" not in text:  # no closing or self-closing tag: nothing to drop (a substring test, no regex pass)
+        return text
+    text = _SELF_CLOSING_TAG.sub("", text)
+    closers: dict[str, list[re.Match[str]]] = {}
+    for closer in _CLOSING_TAG.finditer(text):
+        closers.setdefault(closer[1].lower(), []).append(closer)
+    pieces: list[str] = []
+    position = scan = 0
+    while closers:
+        limit = max(found[-1].start() for found in closers.values())
+        opener = _opening_tag(frozenset(closers)).search(text, scan, limit)
+        if opener is None:
+            break
+        name = opener[1].lower()
+        found = closers[name]
+        index = bisect.bisect_left(found, opener.end(), key=lambda m: m.start())
+        if index == len(found):
+            del closers[name]  # every later opener of this name is unclosed too
+            scan = opener.end()
+            continue
+        pieces.append(text[position:opener.start()])
+        position = scan = found[index].end()
+    pieces.append(text[position:])
+    return "".join(pieces)
+
+
+@functools.cache
+def _opening_tag(names: frozenset[str]) -> re.Pattern[str]:
+    return re.compile(r"<(%s)\b[^<>]*>" % "|".join(sorted(names)), re.I)
 
 
 def _drop_nested(text: str) -> str:
@@ -114,24 +191,34 @@ def _drop_nested(text: str) -> str:
     stray brace never swallows the rest of an article. A table is a block, so it leaves a
     paragraph break behind; a template leaves nothing.
     """
+    if not any(token in text for token in ("{{", "}}", "{|", "|}")):
+        return text
+    if ("}}" not in text and "|}" not in text) or not _NEST_CLOSER.search(text):
+        if "{|" not in text:
+            return _UNCLOSED_TEMPLATE.sub("", text)  # a plain replacement: no Python call per opener
+        return _UNCLOSED_OPENER.sub(r"\1", text)
     spans: list[tuple[int, int, str]] = []  # (start, end, replacement)
     stack: list[tuple[str, int, int]] = []  # (kind, start, end of the opener token)
+    open_at: dict[str, list[int]] = {"t": [], "|": []}  # stack indexes of each kind's openers
     for m in _NEST_TOKEN.finditer(text):
-        token = m.group()
-        kind = "t" if token in ("{{", "}}") else "|"
-        if kind == "|" and not _at_line_start(text, m.start()):
-            continue
+        token = m.group(1) or m.group()
+        kind = "|" if m.group(1) else "t"
+        start = m.start(1) if m.group(1) else m.start()
         if token in ("{{", "{|"):
-            stack.append((kind, m.start(), m.end()))
+            open_at[kind].append(len(stack))
+            stack.append((kind, start, m.end()))
             continue
-        depth = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] == kind), None)
-        if depth is None:
-            spans.append((m.start(), m.end(), ""))
+        if not open_at[kind]:
+            spans.append((start, m.end(), ""))
             continue
+        depth = open_at[kind][-1]
         for _, start, end in stack[depth + 1:]:
             spans.append((start, end, ""))
         spans.append((stack[depth][1], m.end(), "\n\n" if kind == "|" else ""))
         del stack[depth:]
+        for indexes in open_at.values():
+            while indexes and indexes[-1] >= depth:
+                indexes.pop()
     spans.extend((start, end, "") for _, start, end in stack)
     if not spans:
         return text
@@ -152,19 +239,29 @@ def _drop_nested(text: str) -> str:
     return "".join(pieces)
 
 
-def _at_line_start(text: str, position: int) -> bool:
-    """Whether only indentation (spaces, ``:``) precedes ``position`` on its line."""
-    line_start = text.rfind("\n", 0, position) + 1
-    return not text[line_start:position].strip(" \t:")
-
-
 def _drop_leftover(text: str) -> str:
-    """Last resort for unbalanced markup: drop stray ``{{ }} [[ ]] {| |}`` pairs (repeatedly,
-    since removing one pair can bring two single brackets together)."""
-    while any(token in text for token in _LEFTOVER):
+    """Last resort for unbalanced markup: drop stray ``{{ }} [[ ]] {| |}`` pairs, including pairs
+    that meet once the pairs between them are gone (``[{{[`` -> ``[[`` -> nothing): a stack per run
+    of bracket characters, linear where repeated ``str.replace`` passes would be quadratic."""
+    if not any(token in text for token in _LEFTOVER):
+        return text
+    return _BRACKET_RUN.sub(_reduce_run, text)
+
+
+def _reduce_run(m: re.Match[str]) -> str:
+    run = m.group()
+    for _ in range(_REPLACE_PASSES):  # C-speed passes settle every run real pages have
+        if not any(token in run for token in _LEFTOVER):
+            return run
         for token in _LEFTOVER:
-            text = text.replace(token, "")
-    return text
+            run = run.replace(token, "")
+    kept: list[str] = []
+    for char in run:
+        if kept and kept[-1] + char in _LEFTOVER:
+            kept.pop()
+        else:
+            kept.append(char)
+    return "".join(kept)
 
 
 def _rewrite_links(text: str, media: frozenset[str] | set[str]) -> str:

@@ -6,6 +6,8 @@ The manifest is written last, so a run that stopped half way never looks complet
 """
 from __future__ import annotations
 
+import json
+from collections import Counter
 import logging
 import shutil
 import time
@@ -15,16 +17,20 @@ from typing import Any
 
 import apache_beam as beam
 
+from corpusforge import progress
 from corpusforge.config import Config
 from corpusforge.pipeline.documents_io import output_files
 from corpusforge.files import write_json_atomic
 from corpusforge.pipeline.manifest import describe_files, package_versions
 from corpusforge.pipeline.options import pipeline_options
-from corpusforge.pipeline.steps import Clean, ExactDedup, ReadBooks, ReadWikipedia, WriteParts, split
-from corpusforge.pipeline.summary import SourceStats, collect_stats, stats_to_json
+from corpusforge.pipeline.steps import (COUNTERS, ExactDedup, ReadCleanSpill, WikipediaReader, WriteDocuments, WriteRejects, book_tasks,
+                                        read_book_task, read_tasks, records_of_batch, split_kinds, wikipedia_tasks,
+                                        write_counters)
+from corpusforge.pipeline.summary import SourceStats, check_accounting, collect_stats, stats_to_json
 
 log = logging.getLogger(__name__)
 SOURCE_STAGES = ("books", "wikipedia", "webtext")
+WORK_DIR = ".work"  # spill and scatter files of running stages; removed when a stage ends
 
 
 @dataclass
@@ -51,80 +57,82 @@ def input_files(cfg: Config) -> list[Path]:
     return files
 
 
-def documents_graph(p: beam.Pipeline, cfg: Config) -> None:
-    """The documents job as one Beam graph; every input record ends as a document or a reject."""
+def documents_graph(p: beam.Pipeline, cfg: Config, work: Path) -> None:
+    """The documents job as one Beam graph: texts are spilled once where they are read, only
+    references go through the dedup shuffles, and every input record ends as a document or a reject."""
     stages = set(cfg.run.stages)
     out = cfg.run.output_dir.resolve()
-    streams, reject_streams = [], []
+    spill = str(work / "spill")
+    clean = cfg.clean if "clean" in stages else None
+    near = cfg.near_dedup if "near_dedup" in stages else None
+    reads, listed = [], Counter()
     if "books" in stages:
-        streams.append(p | "Books" >> ReadBooks(cfg.books))
+        reads.append(read_tasks(p, "books", book_tasks(cfg.books, listed), read_book_task, spill, clean, near))
+        reads.append(p | "BooksListed" >> beam.Create([(COUNTERS, {"books.inputs": listed["inputs"]})]))
     if "wikipedia" in stages:
-        streams.append(p | "Wikipedia" >> ReadWikipedia(cfg.wikipedia))
+        reads.append(read_tasks(p, "wikipedia", wikipedia_tasks(cfg.wikipedia), WikipediaReader(cfg.wikipedia), spill, clean, near))
     if "webtext" in stages:
         from corpusforge.pipeline.webtext import build_webtext
 
         web_docs, web_rejects = build_webtext(p, cfg)
-        streams.append(web_docs)
-        reject_streams.append(web_rejects)
-    docs, rejects = split(streams | "AllSources" >> beam.Flatten(), "Read")
-    reject_streams.append(rejects)
-    if "clean" in stages:
-        docs, rejects = split(docs | "Clean" >> Clean(cfg.clean), "Cleaned")
-        reject_streams.append(rejects)
+        reads.append(
+            (web_docs, web_rejects)
+            | "WebTextRecords" >> beam.Flatten()
+            | "WebTextBatches" >> beam.BatchElements(min_batch_size=1, max_batch_size=256)
+            | "ReadWebText" >> beam.ParDo(ReadCleanSpill("webtext", records_of_batch, spill, clean, near))
+        )
+    refs, rejects, read_counters = split_kinds(reads | "AllSources" >> beam.Flatten(), "Read")
+    reject_streams = [rejects]
     if "dedup" in stages and cfg.dedup.exact:
-        docs, rejects = split(docs | "ExactDedup" >> ExactDedup(), "Deduped")
-        reject_streams.append(rejects)
+        refs, duplicates = refs | "ExactDedup" >> ExactDedup()
+        reject_streams.append(duplicates)
     if "near_dedup" in stages:
         from corpusforge.pipeline.near_dedup import KEPT, REJECTS, NearDedup
 
-        near = docs | "NearDedup" >> NearDedup(cfg.near_dedup)
-        docs = near[KEPT]
-        reject_streams.append(near[REJECTS])
+        near_out = refs | "NearDedup" >> NearDedup(cfg.near_dedup)
+        refs = near_out[KEPT]
+        reject_streams.append(near_out[REJECTS])
     if "webtext" in stages and "wikipedia" in stages:
-        docs = remove_wikipedia_from_webtext(docs, reject_streams, cfg)
-    docs | "WriteDocuments" >> WriteParts(str(out / "documents"), cfg.run.document_parts, "documents")
-    (
+        refs = remove_wikipedia_from_webtext(refs, reject_streams, cfg)
+    document_counters = refs | "WriteDocuments" >> WriteDocuments(str(out / "documents"), str(work / "scatter"), cfg.run.part_bytes)
+    reject_counters = (
         reject_streams
         | "AllRejects" >> beam.Flatten()
-        | "WriteRejects" >> WriteParts(str(out / "rejects"), cfg.run.document_parts, "rejects")
+        | "WriteRejects" >> WriteRejects(str(out / "rejects"), cfg.run.reject_parts)
     )
+    write_counters({"read": read_counters, "documents": document_counters, "rejects": reject_counters}, str(work / "counters.json"))
 
 
-def remove_wikipedia_from_webtext(docs: beam.PCollection, reject_streams: list, cfg: Config) -> beam.PCollection:
+def remove_wikipedia_from_webtext(refs: beam.PCollection, reject_streams: list, cfg: Config) -> beam.PCollection:
     """GPT-2 kept Wikipedia out of WebText: drop WebText pages on Wikipedia or near-duplicating it."""
     from corpusforge.pipeline.near_dedup import KEPT, REJECTS, WikipediaRemoval
 
-    web = docs | "WebTextDocs" >> beam.Filter(lambda d: d.source == "webtext")
-    wikipedia = docs | "WikipediaDocs" >> beam.Filter(lambda d: d.source == "wikipedia")
-    others = docs | "OtherDocs" >> beam.Filter(lambda d: d.source != "webtext")
+    web = refs | "WebTextRefs" >> beam.Filter(lambda r: r.source == "webtext")
+    wikipedia = refs | "WikipediaRefs" >> beam.Filter(lambda r: r.source == "wikipedia")
+    others = refs | "OtherRefs" >> beam.Filter(lambda r: r.source != "webtext")
     removal = web | "RemoveWikipedia" >> WikipediaRemoval(wikipedia, cfg.near_dedup)
     reject_streams.append(removal[REJECTS])
     return (removal[KEPT], others) | "WithoutWikipedia" >> beam.Flatten()
 
 
-def _beam_counters(result: beam.runners.runner.PipelineResult) -> dict[str, int]:
-    try:
-        counters = result.metrics().query()["counters"]
-    except Exception:  # runners without metrics support (Dask) report nothing here
-        return {}
-    totals: dict[str, int] = {}
-    for counter in counters:
-        name = f"{counter.key.metric.namespace}.{counter.key.metric.name}"
-        totals[name] = totals.get(name, 0) + int(counter.committed or counter.attempted or 0)
-    return dict(sorted(totals.items()))
-
-
 def run_documents(cfg: Config, result: BuildResult) -> None:
     out = cfg.run.output_dir.resolve()
-    for sub in ("documents", "rejects"):
-        shutil.rmtree(out / sub, ignore_errors=True)
-        (out / sub).mkdir(parents=True)
+    work = out / WORK_DIR / "documents"
+    for sub in (out / "documents", out / "rejects", work):
+        shutil.rmtree(sub, ignore_errors=True)
+        sub.mkdir(parents=True)
     pipeline = beam.Pipeline(options=pipeline_options(cfg.run))
-    documents_graph(pipeline, cfg)
-    run = pipeline.run()
-    run.wait_until_finish()
-    result.artifacts["beam_counters"] = _beam_counters(run)
+    documents_graph(pipeline, cfg, work)
+    pipeline.run().wait_until_finish()
+    counters = json.loads((work / "counters.json").read_text(encoding="utf-8")) if (work / "counters.json").is_file() else {}
     result.stats = collect_stats(out / "documents", out / "rejects")
+    check_accounting(counters, result.stats)
+    progress.count("documents", sum(s.documents for s in result.stats.values()))
+    progress.count("rejects", sum(s.inputs - s.documents for s in result.stats.values()))
+    result.artifacts["counters"] = counters
+    shutil.rmtree(work)
+    if not any(work.parent.iterdir()):
+        work.parent.rmdir()
 
 
 def run_build(cfg: Config) -> BuildResult:
@@ -137,7 +145,8 @@ def run_build(cfg: Config) -> BuildResult:
 
     def timed(name: str, fn, *args) -> Any:
         t0 = time.perf_counter()
-        value = fn(*args)
+        with progress.stage(name):
+            value = fn(*args)
         result.stage_seconds[name] = round(time.perf_counter() - t0, 3)
         return value
 
@@ -184,4 +193,8 @@ def run_build(cfg: Config) -> BuildResult:
         },
         out / "manifest.json",
     )
+    from corpusforge.report_page import write_report
+
+    with progress.stage("report"):
+        write_report(out)
     return result

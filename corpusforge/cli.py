@@ -1,74 +1,159 @@
-"""The ``corpusforge`` command line: build, docs inspect, shards inspect/verify, train, export."""
+"""The ``corpusforge`` command line: build, config, docs inspect, shards inspect/verify, train, export, finetune, generate."""
 from __future__ import annotations
 
 import logging
+import re
+import tomllib
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
-from corpusforge.config import load_config
+from corpusforge import __version__, progress
+from corpusforge.config import Config, load_config
+from corpusforge.config_reference import explain_error, format_value, keys, reference_markdown
+from corpusforge.corpora.document import InputFormatError
 
 # Beam's optional GCP modules announce at import that they are not installed; nothing here uses them.
 logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())
 from corpusforge.shards.cli import app as shards_app
-from corpusforge.trainer.cli import export_command, train_command
+from corpusforge.trainer.cli import export_command, finetune_command, generate_command, train_command
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
-docs_app = typer.Typer(no_args_is_help=True, help="Look inside written documents.")
+# Plain help (no rich markup): "[train]" stays literal and long option help wraps instead of being cut with "…".
+PLAIN = {"rich_markup_mode": None, "no_args_is_help": True}
+app = typer.Typer(add_completion=False, help=__doc__, **PLAIN)
+docs_app = typer.Typer(help="Look inside written documents and rejects.", **PLAIN)
+config_app = typer.Typer(help="The resolved configuration and the key reference.", **PLAIN)
 app.add_typer(docs_app, name="docs")
+app.add_typer(config_app, name="config")
 app.add_typer(shards_app, name="shards")
 app.command("train")(train_command)
 app.command("export")(export_command)
+app.command("finetune")(finetune_command)
+app.command("generate")(generate_command)
 console = Console()
 
-DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.toml"
+# Shipped inside the package so a wheel install has it; configs/demo.toml in the checkout links to it.
+DEMO_CONFIG = Path(__file__).resolve().parent / "configs" / "demo.toml"
+CONFIG_HELP = f"TOML configuration (default: the bundled demo, {DEMO_CONFIG})."
+SET_HELP = "Override a key, e.g. --set clean.min_words=50 (repeatable; keys: corpusforge config show)."
+_BEAM_STEP = re.compile(r" \[while running '[^\n]*'\]$")  # Beam appends the step to a re-raised error
+_WRAPPED_FORMAT_ERROR = re.compile(r"InputFormatError: ([^\n]+)")
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     """One clear line instead of a traceback for errors a user can fix."""
-    console.print(f"[bold red]error:[/] {message}")
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=2)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"corpusforge {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """Build BERT/GPT pre-training corpora and train small models on them."""
+
+
+def resolve_config(path: Optional[Path], overrides: list[str]) -> Config:
+    """The configuration ``build`` would run, or one line saying which flag or file is wrong."""
+    path = path or DEMO_CONFIG
+    try:
+        return load_config(path, overrides)
+    except ValidationError as error:
+        fail(explain_error(error, overrides, path))
+    except tomllib.TOMLDecodeError as error:
+        fail(f"{path}: not valid TOML ({error})")
+    except ValueError as error:  # a --set without "="
+        fail(str(error))
+    except OSError as error:
+        fail(f"{path}: {error.strerror or type(error).__name__}")
 
 
 @app.command()
 def build(
-    config: Optional[Path] = typer.Argument(None, help="TOML configuration (default: the bundled demo)."),
-    set_: list[str] = typer.Option([], "--set", help="Override a key, e.g. --set clean.min_words=50"),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Beam's own log lines."),
+    config: Optional[Path] = typer.Argument(None, help=CONFIG_HELP, show_default=False),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP, show_default=False),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show INFO lines of every library (Beam's own included)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Errors only: no stage lines and no summary."),
 ) -> None:
-    """Run the stages the configuration asks for and print a summary."""
+    """Run the stages the configuration asks for, then print a summary and write OUT/report.html."""
+    progress.configure_logging(-1 if quiet else int(verbose))
+    cfg = resolve_config(config, set_)
     from corpusforge.build import run_build
     from corpusforge.report import print_build_summary
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    path = config or DEMO_CONFIG
     try:
-        cfg = load_config(path, set_)
-    except ValidationError as error:
-        fail(f"{path}: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()))
-    except (OSError, ValueError) as error:
-        fail(f"{path}: {str(error).splitlines()[0] if str(error) else type(error).__name__}")
-    try:
-        with console.status(f"building {', '.join(cfg.run.stages)} with {cfg.run.runner} ..."):
+        with progress.display(console, live=console.is_terminal and not quiet):
             result = run_build(cfg)
-    except (FileNotFoundError, NotADirectoryError, ValueError) as error:
-        fail(str(error).splitlines()[0])
-    print_build_summary(console, result)
+    except Exception as error:
+        message = user_error(error)
+        if message is None:
+            raise
+        fail(message)
+    if not quiet:
+        print_build_summary(console, result)
+
+
+@config_app.command("show")
+def config_show(
+    config: Optional[Path] = typer.Argument(None, help=CONFIG_HELP, show_default=False),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP, show_default=False),
+) -> None:
+    """Print the resolved configuration as TOML: every key, its value and what it means."""
+    cfg = resolve_config(config, set_)
+    section = None
+    for key in keys(cfg):
+        head, leaf = key.name.rsplit(".", 1)
+        if head != section:
+            typer.echo(("\n" if section else "") + f"[{head}]")
+            section = head
+        line = f"{leaf} = {format_value(key.value)}"
+        if key.value is None:
+            line = f"# {leaf} unset"  # TOML has no null: an unset key is left out
+        typer.echo(f"{line:<40} # {key.meaning}")
+
+
+@config_app.command("reference")
+def config_reference() -> None:
+    """Print the key reference as Markdown (docs/config.md is this output)."""
+    typer.echo(reference_markdown(), nl=False)
+
+
+def user_error(error: BaseException) -> str | None:
+    """The one line for an error a user can fix (a missing path, a bad value, a source file in the
+    wrong format), however a Beam runner wrapped it; None for anything else (a bug: full traceback)."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, InputFormatError):
+            return _BEAM_STEP.sub("", str(cause).splitlines()[0])
+        cause = cause.__cause__ or cause.__context__
+    wrapped = _WRAPPED_FORMAT_ERROR.search(str(error))  # a worker process's error arrives as text
+    if wrapped:
+        return _BEAM_STEP.sub("", wrapped.group(1))
+    if isinstance(error, (FileNotFoundError, NotADirectoryError, ValueError)):
+        return str(error).splitlines()[0] if str(error) else type(error).__name__
+    return None
 
 
 @docs_app.command("inspect")
 def docs_inspect(
-    path: Path = typer.Argument(..., help="A build output directory, its documents/ folder or one Parquet file."),
-    show: Optional[str] = typer.Option(None, "--show", help="Print one document: its row number or id."),
+    path: Path = typer.Argument(..., help="A build output directory, its documents/ or rejects/ folder, or one Parquet file."),
+    show: Optional[str] = typer.Option(None, "--show", help="Print one record: its row number or id."),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable summary."),
 ) -> None:
-    """Counts per source, length statistics, reject reasons, and one document."""
+    """Counts per source, length statistics, reject reasons, and one document (or reject)."""
     from corpusforge.report import inspect_documents
 
     try:
         inspect_documents(console, path, show=show, as_json=json_out)
     except (FileNotFoundError, ValueError, KeyError) as error:
-        fail(str(error).splitlines()[0])
+        fail(str(error).splitlines()[0].strip("'\""))

@@ -8,10 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 
 def temp_path(path: Path) -> Path:
@@ -19,14 +21,24 @@ def temp_path(path: Path) -> Path:
 
 
 @contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary name beside ``path`` to write to: renamed onto ``path`` if the block succeeds, removed if not."""
-    temp = temp_path(Path(path))
+def atomic_path(path: Path, suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary sibling of ``path`` to write (a file or a whole directory); rename it into place on success.
+
+    On an exception the temporary is removed and ``path`` is untouched. ``suffix`` keeps an extension
+    for writers that pick the format from it (matplotlib's savefig). Replacing an existing directory
+    is the caller's decision: ``os.replace`` only renames a directory over a missing or empty one.
+    """
+    path = Path(path)
+    temp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}{suffix}")
     try:
         yield temp
         os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
+    except BaseException:
+        if temp.is_dir():
+            shutil.rmtree(temp, ignore_errors=True)
+        else:
+            temp.unlink(missing_ok=True)
+        raise
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -62,31 +62,66 @@ def print_build_summary(console: Console, result: BuildResult) -> None:
         if (result.output_dir / sub).exists():
             console.print(f"  {result.output_dir / sub}/")
     console.print(f"  manifest: {result.manifest_path}")
+    if (result.output_dir / "report.html").is_file():
+        console.print(f"  report:   {result.output_dir / 'report.html'}  (open it in a browser)")
+
+
+def _is_rejects(path: Path) -> bool:
+    return "reason" in pq.read_schema(path).names
 
 
 def _locate(path: Path) -> tuple[list[Path], list[Path]]:
-    """(document files, reject files) for a build directory, a documents folder or one file."""
+    """(document files, reject files) for a build directory, a documents or rejects folder, or one file."""
     if path.is_file():
-        return [path], []
+        return ([], [path]) if _is_rejects(path) else ([path], [])
     if (path / "documents").is_dir():
         return output_files(path / "documents"), output_files(path / "rejects")
+    if (path / "manifest.json").is_file() and any(path.glob("shard-*.arrow")):
+        raise ValueError(f"{path} is a shard directory: use `corpusforge shards inspect {path}`")
     if path.is_dir():
-        return output_files(path), output_files(path.parent / "rejects") if path.name == "documents" else []
+        files = output_files(path)
+        if files and _is_rejects(files[0]):
+            return [], files
+        return files, output_files(path.parent / "rejects") if path.name == "documents" else []
     raise FileNotFoundError(f"{path}: no such file or directory")
 
 
 def inspect_documents(console: Console, path: Path, show: str | None = None, as_json: bool = False) -> None:
+    """Counts and lengths of documents (or reject reasons of a rejects folder), then one record if asked."""
     doc_files, reject_files = _locate(path)
-    if not doc_files:
-        raise FileNotFoundError(f"{path}: no part-*.parquet document files")
-    words = np.concatenate(
-        [
+    if not doc_files and not reject_files:
+        raise FileNotFoundError(f"{path}: no part-*.parquet document or reject files")
+    row = _find_row(doc_files or reject_files, show) if show is not None else None  # a bad --show fails before any output
+    stats = collect_stats(doc_files[0].parent if doc_files else path / "_none", reject_files[0].parent if reject_files else path / "_none")
+    words = _word_counts(doc_files)
+    lengths = _length_stats(words) if doc_files else {}
+    if as_json:
+        console.print_json(json.dumps({"sources": stats_to_json(stats), "lengths": lengths}))
+    elif doc_files:
+        console.print(sources_table(stats))
+        if any(s.rejects for s in stats.values()):
+            console.print(rejects_table(stats))
+        console.print("[bold]length in words[/]: " + ", ".join(f"{k.removeprefix('words_')} {v:,.0f}" for k, v in lengths.items() if k.startswith("words_")))
+        console.print(_histogram(words))
+    else:
+        console.print(f"{path}: rejects only ({sum(sum(s.rejects.values()) for s in stats.values()):,} records; the documents are in the documents/ folder beside it)")
+        console.print(rejects_table(stats))
+    if row is not None:
+        _print_row(console, row)
+
+
+def _word_counts(doc_files: list[Path]) -> np.ndarray:
+    return np.concatenate(
+        [np.zeros(0, dtype=np.int64)]
+        + [
             pc.list_value_length(pc.utf8_split_whitespace(pq.read_table(f, columns=["text"])["text"])).to_numpy(zero_copy_only=False)
             for f in doc_files
         ]
     )
-    stats = collect_stats(doc_files[0].parent, reject_files[0].parent if reject_files else doc_files[0].parent / "_none")
-    lengths = {
+
+
+def _length_stats(words: np.ndarray) -> dict:
+    return {
         "documents": int(words.size),
         "words_total": int(words.sum()),
         "words_min": int(words.min()) if words.size else 0,
@@ -94,16 +129,6 @@ def inspect_documents(console: Console, path: Path, show: str | None = None, as_
         "words_mean": float(words.mean()) if words.size else 0.0,
         "words_max": int(words.max()) if words.size else 0,
     }
-    if as_json:
-        console.print_json(json.dumps({"sources": stats_to_json(stats), "lengths": lengths}))
-    else:
-        console.print(sources_table(stats))
-        if any(s.rejects for s in stats.values()):
-            console.print(rejects_table(stats))
-        console.print("[bold]length in words[/]: " + ", ".join(f"{k.removeprefix('words_')} {v:,.0f}" for k, v in lengths.items() if k.startswith("words_")))
-        console.print(_histogram(words))
-    if show is not None:
-        _show_document(console, doc_files, show)
 
 
 def _histogram(words: np.ndarray, bins: int = 10, width: int = 40) -> str:
@@ -118,25 +143,29 @@ def _histogram(words: np.ndarray, bins: int = 10, width: int = 40) -> str:
     return "\n".join(lines)
 
 
-def _show_document(console: Console, doc_files: list[Path], show: str) -> None:
-    row = None
-    if show.isdigit():
-        index = int(show)
-        for f in doc_files:
-            table = pq.read_table(f)
+def _find_row(files: list[Path], show: str) -> dict:
+    """Row ``show`` (a row number across the files, or an id) as a dict; KeyError if there is none."""
+    index = int(show) if show.isdigit() else None
+    total = 0
+    for f in files:
+        table = pq.read_table(f)
+        total += table.num_rows
+        if index is not None:
             if index < table.num_rows:
-                row = table.slice(index, 1).to_pylist()[0]
-                break
+                return table.slice(index, 1).to_pylist()[0]
             index -= table.num_rows
-    else:
-        for f in doc_files:
-            table = pq.read_table(f)
+        else:
             match = table.filter(pc.equal(table["id"], show))
             if match.num_rows:
-                row = match.to_pylist()[0]
-                break
-    if row is None:
-        raise KeyError(f"no document {show!r}")
+                return match.to_pylist()[0]
+    raise KeyError(f"no record {show!r}: {'rows are 0..' + str(total - 1) if show.isdigit() else 'no such id'}")
+
+
+def _print_row(console: Console, row: dict) -> None:
+    if "reason" in row:
+        console.rule(f"[bold]reject[/] ({row['source']}, id {row['id']})")
+        console.print(f"reason: {row['reason']}   detail: {row['detail'] or '-'}   key: {row['key'] or '-'}", markup=False, highlight=False)
+        return
     meta = {k: v for k, v in (row["meta"] or {}).items() if v is not None}
     console.rule(f"[bold]{row['title']}[/] ({row['source']}, id {row['id']})")
     console.print(f"url: {row['url'] or '-'}   meta: {meta}")

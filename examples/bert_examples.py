@@ -12,7 +12,7 @@ Fixes to the reference, all deliberate:
 * The random B always comes from a different document, drawn uniformly from the whole corpus
   rather than from one worker's partition. With Beam this is done by bucketing: for dupe index
   ``d`` every document goes to bucket ``stable_hash(seed, d, doc_id) % num_buckets`` with
-  ``num_buckets = max(1, n_docs // partner_bucket_size)``. A bucket is then a uniform random sample
+  ``num_buckets = max(1, n_docs // partner_bucket_size, text_bytes // partner_bucket_bytes)``. A bucket is then a uniform random sample
   of the corpus, different for every ``d``, and each document draws its random-next partners among
   the other documents of its bucket. A bucket with a single document (a one-document corpus) has no
   partner: its chunks become actual-next pairs, and single-sentence chunks are counted in

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import sys
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -62,7 +61,7 @@ def train_wordpiece(texts: Iterable[str], out_dir: Path, vocab_size: int = 30522
         limit_alphabet=len(alphabet),  # the initial alphabet counts as most frequent: exactly the other characters go
         initial_alphabet=alphabet,
         continuing_subword_prefix="##",
-        show_progress=sys.stderr.isatty(),  # a bar for a person; no stray blank lines in logs and summaries
+        show_progress=False,  # the build shows its own progress; the trainer's bar would garble it
     )
     tokenizer.train_from_iterator(texts, trainer)
     vocab = tokenizer.get_vocab(with_added_tokens=False)
@@ -176,7 +175,7 @@ def train_bpe(texts: Iterable[str], out_dir: Path, vocab_size: int = 50257, min_
         vocab_size=vocab_size - 1,  # <|endoftext|> is added after training so that it gets the last id
         min_frequency=min_frequency,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=sys.stderr.isatty(),  # a bar for a person; no stray blank lines in logs and summaries
+        show_progress=False,  # the build shows its own progress; the trainer's bar would garble it
     )
     tokenizer.train_from_iterator(texts, trainer)
     tokenizer.add_special_tokens([EOT])

@@ -4,6 +4,10 @@
    only for linear pipelines), so every other branch, e.g. a second writer, silently never runs.
    Here every leaf bag (a transform whose output nothing consumes) is computed, all in one graph so
    shared upstream steps run once (optimising the leaves one by one would re-run them per leaf).
+4. A GroupByKey keeps its input's partition count, which doubles at every CoGroupByKey (a concat of
+   bags): the shuffle graphs grew exponentially in the launcher. Here shuffles have a bounded count.
+3. ``Create`` packs 128 elements per partition, so few-hundred-file jobs used one worker: here each
+   element is a partition (up to 1024).
 2. A multi-output ParDo strips the output tags and hands every consumer all outputs mixed; it also
    drops what ``finish_bundle`` emits. Here bundles keep tags and ``finish_bundle`` output, and each
    consumer gets only the elements of the output it reads.
@@ -21,8 +25,12 @@ from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, 
 from apache_beam.runners.dask.dask_runner import DaskOptions, DaskRunnerResult
 from apache_beam.runners.dask.dask_runner import DaskRunner as BeamDaskRunner
 from apache_beam.runners.dask.overrides import dask_overrides
+from apache_beam.runners.dask.overrides import _Create, _GroupByKeyOnly
 from apache_beam.runners.dask.transform_evaluator import (
     TRANSLATIONS,
+    Create,
+    GroupByKey,
+    defenestrate,
     DaskBagWindowedIterator,
     Flatten,
     NoOp,
@@ -75,7 +83,40 @@ class _TaggedParDo(ParDo):
         )
 
 
-_TRANSLATIONS = {**TRANSLATIONS, beam.ParDo: _TaggedParDo}
+class _SpreadCreate(Create):
+    """One partition per element up to ``MAX_CREATE_PARTITIONS``: Beam's translation packs 128 elements
+    into a partition, so a job over a few hundred input files ran on one or two workers."""
+
+    def apply(self, input_bag=None, side_inputs=None) -> db.Bag:
+        if self.bag_kwargs.get("npartitions") or self.bag_kwargs.get("partition_size"):
+            return super().apply(input_bag, side_inputs)
+        items = self.transform.values
+        return db.from_sequence(items, npartitions=max(1, min(len(items), MAX_CREATE_PARTITIONS)))
+
+
+class _BoundedGroupByKey(GroupByKey):
+    """Beam's translation keeps the input's partition count, and a CoGroupByKey's input is a concat of
+    bags: partitions doubled at every join (connected components: ~2^20 after eight rounds) and the
+    launcher spent gigabytes building the shuffle graph. Here a shuffle has at most
+    ``MAX_SHUFFLE_PARTITIONS`` outputs."""
+
+    def apply(self, input_bag: db.Bag, side_inputs=None) -> db.Bag:
+        def key(item):
+            return item[0]
+
+        def value(item):
+            k, v = item
+            return k, [defenestrate(elm[1]) for elm in v]
+
+        limit = self.bag_kwargs.get("npartitions") or MAX_SHUFFLE_PARTITIONS
+        if input_bag.npartitions > limit:
+            input_bag = input_bag.repartition(limit)
+        return input_bag.groupby(key).map(value)
+
+
+MAX_CREATE_PARTITIONS = 1024
+MAX_SHUFFLE_PARTITIONS = 16  # tasks per shuffle grow ~n^2: 16 keeps the scheduler small; --dask_npartitions raises it
+_TRANSLATIONS = {**TRANSLATIONS, beam.ParDo: _TaggedParDo, _Create: _SpreadCreate, _GroupByKeyOnly: _BoundedGroupByKey}
 
 
 def _only_tag(bag: db.Bag, tag: str | None) -> db.Bag:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import io
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
@@ -66,10 +66,18 @@ def rejects_table(rejects: Iterable[Reject]) -> pa.Table:
     )
 
 
+ROW_GROUP_TEXT_BYTES = 8 << 20  # a row group is one task of the examples stages and one read in the launcher
+
+
 def write_table_atomic(table: pa.Table, path: str) -> str:
-    """Write Parquet to a temporary name beside ``path`` and rename, on any Beam filesystem."""
+    """Write Parquet to a temporary name beside ``path`` and rename, on any Beam filesystem.
+
+    Row groups hold about ``ROW_GROUP_TEXT_BYTES`` (from the table's own size, so the bytes depend on
+    the content only): later stages read a part in parallel, a row group at a time.
+    """
     buffer = io.BytesIO()
-    pq.write_table(table, buffer, compression="zstd")
+    rows_per_group = max(1, int(ROW_GROUP_TEXT_BYTES * table.num_rows / max(1, table.nbytes)))
+    pq.write_table(table, buffer, compression="zstd", row_group_size=rows_per_group)
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     with FileSystems.create(tmp) as handle:
         handle.write(buffer.getvalue())
@@ -82,13 +90,6 @@ def write_table_atomic(table: pa.Table, path: str) -> str:
 def document_from_row(row: dict) -> Document:
     meta = {k: v for k, v in (row.get("meta") or {}).items() if v is not None}
     return Document(id=row["id"], source=row["source"], title=row["title"], text=row["text"], url=row["url"] or "", meta=meta)
-
-
-def read_documents(paths: Iterable[Path]) -> Iterator[Document]:
-    for path in sorted(paths):
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-            for row in batch.to_pylist():
-                yield document_from_row(row)
 
 
 def output_files(directory: Path) -> list[Path]:

@@ -143,9 +143,14 @@ class TokenizeBatch(beam.DoFn):
         yield COUNTERS, dict(counters)
 
 
-def partner_buckets(doc: DocRef, n_docs: int, bert: BertConfig, seed: int) -> Iterator[tuple[tuple[int, int], DocRef]]:
+def bucket_count(n_docs: int, text_bytes: int, docs_per_bucket: int, bytes_per_bucket: int) -> int:
+    """Buckets of at most ``docs_per_bucket`` documents and about ``bytes_per_bucket`` of text, whichever
+    gives more: a worker holds one bucket, so 1 MB books must not fill a bucket sized for web pages."""
+    return max(1, n_docs // docs_per_bucket, text_bytes // bytes_per_bucket)
+
+
+def partner_buckets(doc: DocRef, buckets: int, bert: BertConfig, seed: int) -> Iterator[tuple[tuple[int, int], DocRef]]:
     """One reference to the document per dupe index, each in a bucket drawn afresh from the whole corpus."""
-    buckets = max(1, n_docs // bert.partner_bucket_size)  # n_docs counts input rows, empty documents included
     for dupe in range(bert.dupe_factor):
         yield (dupe, stable_hash(seed, dupe, doc[0]) % buckets), doc
 
@@ -323,12 +328,13 @@ def _bert_graph(
     n_docs, text_bytes = size
     examples = text_bytes / BYTES_PER_TOKEN * bert.dupe_factor / (0.8 * (bert.max_seq_length - 3))
     sort_buckets = sort_bucket_count(examples, row_bytes(schema), shards)
+    buckets = bucket_count(n_docs, text_bytes, bert.partner_bucket_size, bert.partner_bucket_bytes)
 
     def graph(p: beam.Pipeline, temp: Path) -> None:
         docs, tokenize_counters = _tokenize(sentences(p, temp), vocab_dir, temp)
         example_counters = (
             docs
-            | "PartnerBuckets" >> beam.FlatMap(partner_buckets, n_docs, bert, seed)
+            | "PartnerBuckets" >> beam.FlatMap(partner_buckets, buckets, bert, seed)
             | "ByPartnerBucket" >> beam.GroupByKey()
             | "Examples" >> beam.ParDo(MakeBertExamples(vocab_dir, bert, temp, sort_buckets, seed))
         )
@@ -397,8 +403,8 @@ def _sentences_table(group: list[tuple[str, list[str]]], schema: pa.Schema) -> p
     return pa.table({"id": [doc_id for doc_id, _ in group], "sentences": [sentences for _, sentences in group]}, schema=schema)
 
 
-def gpt_bucket(doc: DocRef, n_docs: int, gpt: GptConfig, seed: int) -> tuple[int, DocRef]:
-    return stable_hash(seed, "gpt", doc[0]) % max(1, n_docs // gpt.docs_per_bucket), doc
+def gpt_bucket(doc: DocRef, buckets: int, seed: int) -> tuple[int, DocRef]:
+    return stable_hash(seed, "gpt", doc[0]) % buckets, doc
 
 
 def write_gpt_shards(
@@ -423,7 +429,7 @@ def write_gpt_shards(
         docs, tokenize_counters = _tokenize(texts, vocab_dir, temp)
         example_counters = (
             docs
-            | "StreamBuckets" >> beam.Map(gpt_bucket, n_docs, gpt, seed)
+            | "StreamBuckets" >> beam.Map(gpt_bucket, bucket_count(n_docs, text_bytes, gpt.docs_per_bucket, gpt.bucket_bytes), seed)
             | "ByStream" >> beam.GroupByKey()
             | "Windows" >> beam.ParDo(MakeGptWindows(vocab_dir, gpt, temp, sort_buckets, seed))
         )

@@ -12,10 +12,16 @@ import apache_beam as beam
 
 from corpusforge.config import FetchConfig
 from corpusforge.corpora.fetch import Fetcher, batch_warc_name
+from corpusforge.corpora.urls import canonical_url
 from corpusforge.corpora.warc import Capture, WarcFile, index_warcs, read_capture
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def replay_key(url: str) -> str:
+    """Captures are found by canonical URL on both sides: another crawler's spelling still replays."""
+    return canonical_url(url) or url
 
 
 class FetchDoFn(beam.DoFn):
@@ -31,18 +37,18 @@ class FetchDoFn(beam.DoFn):
     def setup(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.fetcher: Fetcher | None = None
-        self.index = index_warcs(Path(self.warc_dir))
+        self.index = index_warcs(Path(self.warc_dir), key=replay_key)
         self.fetched = beam.metrics.Metrics.counter("webtext", "urls_fetched")
         self.replayed = beam.metrics.Metrics.counter("webtext", "urls_replayed")
         self.started = time.monotonic()
         self.done = 0
 
     def process(self, batch: list[tuple[str, T]]) -> Iterator[tuple[T, Capture]]:
-        todo = [(url, payload) for url, payload in batch if url not in self.index]
+        todo = [(url, payload) for url, payload in batch if replay_key(url) not in self.index]
         for url, payload in batch:
-            if url in self.index:
+            if replay_key(url) in self.index:
                 self.replayed.inc()
-                yield payload, read_capture(*self.index[url], max_bytes=self.config.max_body_bytes)
+                yield payload, read_capture(*self.index[replay_key(url)], max_bytes=self.config.max_body_bytes)
         if not todo:
             return
         if self.offline:

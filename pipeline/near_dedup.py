@@ -3,14 +3,18 @@ connected components, one deterministic representative per cluster; and Wikipedi
 
 Stages (each a shuffle, none a single-task step over the whole corpus):
 
-1. signature per document -> one key per LSH band; GroupByKey(band key) -> candidate pairs;
-2. optional exact Jaccard verification: the pair is joined (CoGroupByKey by id) with both texts;
+1. the band keys each ``DocRef`` carries (computed when the document was spilled); GroupByKey(band
+   key) -> candidate pairs;
+2. optional exact Jaccard verification: the pair is joined (CoGroupByKey by id) with both references
+   and the two texts are read back from the spill files;
 3. connected components by min-label propagation with pointer jumping, unrolled for
    ``max_component_rounds`` rounds (a path of n nodes converges in about log2(n) rounds); edges whose
    endpoints still disagree are counted and resolved exactly by union-find over the residual *label*
    graph, which is empty once converged and tiny otherwise;
 4. per component the representative is the longest text, then the smallest id; every other member
    becomes ``Reject(reason="near_duplicate", detail=<representative id>)``.
+
+Only references (``pipeline.document_spill.DocRef``), ids and shingle sets of candidates travel.
 
 Every choice depends on document ids and texts only, so output is identical whatever the runner,
 bundle order or worker count.
@@ -24,10 +28,10 @@ from urllib.parse import urlsplit
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.metrics import Metrics
 
-from corpusforge.corpora.document import Document, Reject
-from corpusforge.corpora.minhash import MinHasher, band_keys, jaccard, lsh_params, s_curve_table, shingle_set
+from corpusforge.corpora.document import Reject
+from corpusforge.corpora.minhash import jaccard, s_curve_table, shingle_set
+from corpusforge.pipeline.document_spill import DocRef, banding, load_texts
 from corpusforge.config import NearDedupConfig
 
 log = logging.getLogger(__name__)
@@ -39,28 +43,10 @@ KEPT = "kept"
 MAX_BUCKET_ALL_PAIRS = 64
 
 
-def banding(cfg: NearDedupConfig) -> tuple[int, int]:
-    """(bands, rows) from the configuration, or datasketch's optimum for its threshold."""
-    if cfg.bands and cfg.rows:
-        if cfg.bands * cfg.rows > cfg.num_perm:
-            raise ValueError(f"bands x rows = {cfg.bands * cfg.rows} exceeds num_perm = {cfg.num_perm}")
-        return cfg.bands, cfg.rows
-    return lsh_params(cfg.threshold, cfg.num_perm, 1.0 - cfg.false_negative_weight, cfg.false_negative_weight)
-
-
-class _BandKeys(beam.DoFn):
-    """(band key, (tag, id)) for every LSH band of every document."""
-
-    def __init__(self, cfg: NearDedupConfig, tag: str) -> None:
-        self.cfg, self.tag = cfg, tag
-        self.bands, self.rows = banding(cfg)
-
-    def setup(self) -> None:
-        self.hasher = MinHasher(self.cfg.num_perm, self.cfg.seed, self.cfg.ngram, base_hash=self.cfg.base_hash)
-
-    def process(self, doc: Document) -> Iterator[tuple[bytes, tuple[str, str]]]:
-        for key in band_keys(self.hasher.signature(doc.text), self.bands, self.rows):
-            yield key, (self.tag, doc.id)
+def _band_keys(ref: DocRef, tag: str) -> Iterator[tuple[bytes, tuple[str, str]]]:
+    """(band key, (tag, id)) for every LSH band of a document."""
+    for key in ref.bands:
+        yield key, (tag, ref.id)
 
 
 def _bucket_pairs(item: tuple[bytes, Iterable[tuple[str, str]]]) -> Iterator[tuple[str, str]]:
@@ -84,8 +70,8 @@ def _cross_pairs(item: tuple[bytes, Iterable[tuple[str, str]]]) -> Iterator[tupl
 class VerifyPairs(beam.PTransform):
     """Keep candidate pairs (left id, right id) whose exact shingle Jaccard reaches the threshold.
 
-    Each side's text is joined by id (CoGroupByKey), so a shingle set is computed once per document
-    that has candidates, and only the left side's set travels to the right side's key.
+    The left reference is joined to the pair (CoGroupByKey by id) and sent to the right id, where both
+    texts are read back from the spill files, a batch of comparisons at a time: only references travel.
     """
 
     def __init__(self, cfg: NearDedupConfig, left: beam.PCollection, right: beam.PCollection) -> None:
@@ -94,37 +80,39 @@ class VerifyPairs(beam.PTransform):
 
     def expand(self, pairs: beam.PCollection) -> beam.PCollection:
         ngram, threshold = self.cfg.ngram, self.cfg.threshold
-        verified = Metrics.counter("near_dedup", "verified_pairs")
-        refuted = Metrics.counter("near_dedup", "refuted_pairs")
 
-        def send_left(item: tuple[str, dict[str, list]]) -> Iterator[tuple[str, tuple[str, np.ndarray]]]:
-            left_id, group = item
-            if not group["pair"] or not group["text"]:
-                return
-            shingles = shingle_set(group["text"][0], ngram)
-            for right_id in group["pair"]:
-                yield right_id, (left_id, shingles)
+        def send_left(item: tuple[str, dict[str, list]]) -> Iterator[tuple[str, DocRef]]:
+            _, group = item
+            for left in group["ref"]:
+                for right_id in group["pair"]:
+                    yield right_id, left
 
-        def compare(item: tuple[str, dict[str, list]]) -> Iterator[tuple[str, str]]:
-            right_id, group = item
-            if not group["left"] or not group["text"]:
-                return
-            shingles = shingle_set(group["text"][0], ngram)
-            for left_id, left_shingles in group["left"]:
-                if jaccard(left_shingles, shingles) >= threshold:
-                    verified.inc()
-                    yield left_id, right_id
-                else:
-                    refuted.inc()
+        def with_right(item: tuple[str, dict[str, list]]) -> Iterator[tuple[DocRef, DocRef]]:
+            _, group = item
+            for right in group["ref"]:
+                for left in group["left"]:
+                    yield left, right
+
+        def compare(batch: list[tuple[DocRef, DocRef]]) -> Iterator[tuple[str, str]]:
+            texts = load_texts([ref for pair in batch for ref in pair])
+            shingles: dict[str, np.ndarray] = {}
+            for left, right in batch:
+                for ref in (left, right):
+                    if ref.id not in shingles:
+                        shingles[ref.id] = shingle_set(texts[ref.id], ngram)
+                if jaccard(shingles[left.id], shingles[right.id]) >= threshold:
+                    yield left.id, right.id
 
         halves = (
-            {"pair": pairs, "text": self.left}
+            {"pair": pairs, "ref": self.left}
             | "JoinLeft" >> beam.CoGroupByKey()
-            | "ShingleLeft" >> beam.FlatMap(send_left)
+            | "SendLeft" >> beam.FlatMap(send_left)
         )
         return (
-            {"left": halves, "text": self.right}
+            {"left": halves, "ref": self.right}
             | "JoinRight" >> beam.CoGroupByKey()
+            | "WithRight" >> beam.FlatMap(with_right)
+            | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=256)
             | "Compare" >> beam.FlatMap(compare)
         )
 
@@ -160,7 +148,6 @@ class ConnectedComponents(beam.PTransform):
         labels = adjacency | "Init" >> beam.Map(lambda item: (item[0], min(item[0], *item[1])))
         for r in range(self.rounds):
             labels = labels | f"Round{r}" >> _PropagateAndJump(adjacency)
-        unconverged = Metrics.counter("near_dedup", "unconverged_edges")
 
         def label_edge(item: tuple[str, dict[str, list]]) -> Iterator[tuple[str, tuple[str, str]]]:
             node, group = item
@@ -173,7 +160,6 @@ class ConnectedComponents(beam.PTransform):
             for label in group["label"]:
                 for _, other_label in group["edge"]:
                     if other_label != label:
-                        unconverged.inc()
                         yield min(label, other_label), max(label, other_label)
 
         leftover = (
@@ -183,8 +169,20 @@ class ConnectedComponents(beam.PTransform):
             | "Residual" >> beam.FlatMap(residual)
             | "DistinctResidual" >> beam.Distinct()
         )
-        fix = leftover | "AllResidual" >> beam.combiners.ToList() | "UnionFind" >> beam.Map(_union_find)
-        return labels | "Resolve" >> beam.Map(lambda nl, m: (nl[0], m.get(nl[1], nl[1])), m=beam.pvalue.AsSingleton(fix))
+        # The residual graph is gathered under one key and resolved there; its roots are joined back by
+        # label (a join, not a side input: the DaskRunner recomputes side inputs inside every task).
+        roots = (
+            leftover
+            | "OneKey" >> beam.Map(lambda edge: (0, edge))
+            | "AllResidual" >> beam.GroupByKey()
+            | "UnionFind" >> beam.FlatMap(lambda item: _union_find(list(item[1])).items())
+        )
+        by_label = labels | "ByLabel" >> beam.Map(lambda nl: (nl[1], nl[0]))
+        return (
+            {"node": by_label, "root": roots}
+            | "JoinRoots" >> beam.CoGroupByKey()
+            | "Resolve" >> beam.FlatMap(lambda item: [(node, min(item[1]["root"], default=item[0])) for node in item[1]["node"]])
+        )
 
 
 class _PropagateAndJump(beam.PTransform):
@@ -234,35 +232,28 @@ def _representatives(item: tuple[str, Iterable[tuple[str, int]]]) -> Iterator[tu
         yield doc_id, keep
 
 
-class _Split(beam.DoFn):
-    """Each document is kept, or rejected with the reason and id found for it: nothing is lost."""
-
-    def __init__(self, namespace: str) -> None:
-        self.namespace = namespace
-
-    def process(self, item: tuple[str, dict[str, list]]) -> Iterator[object]:
-        _, group = item
-        for doc in group["doc"]:
-            if group["reject"]:
-                reason, detail = min(group["reject"])
-                Metrics.counter(self.namespace, reason).inc()
-                yield beam.pvalue.TaggedOutput(REJECTS, Reject(doc.id, doc.source, reason, detail, doc.url or doc.title))
-            else:
-                Metrics.counter(self.namespace, "kept").inc()
-                yield doc
+def _keep_or_reject(item: tuple[str, dict[str, list]]) -> Iterator[object]:
+    """Each reference is kept, or rejected with the reason and id found for it: nothing is lost."""
+    _, group = item
+    for ref in group["ref"]:
+        if group["reject"]:
+            reason, detail = min(group["reject"])
+            yield beam.pvalue.TaggedOutput(REJECTS, Reject(ref.id, ref.source, reason, detail, ref.key))
+        else:
+            yield ref
 
 
-def _split(docs: beam.PCollection, rejects: beam.PCollection, namespace: str) -> beam.pvalue.DoOutputsTuple:
-    keyed = docs | "KeyDocs" >> beam.Map(lambda d: (d.id, d))
+def _split(refs: beam.PCollection, rejects: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+    keyed = refs | "KeyRefs" >> beam.Map(lambda r: (r.id, r))
     return (
-        {"doc": keyed, "reject": rejects}
+        {"ref": keyed, "reject": rejects}
         | "JoinRejects" >> beam.CoGroupByKey()
-        | "Split" >> beam.ParDo(_Split(namespace)).with_outputs(REJECTS, main=KEPT)
+        | "Split" >> beam.FlatMap(_keep_or_reject).with_outputs(REJECTS, main=KEPT)
     )
 
 
 class NearDedup(beam.PTransform):
-    """PCollection[Document] -> tagged outputs ``kept`` (Document) and ``rejects`` (near_duplicate)."""
+    """PCollection[DocRef] -> tagged outputs ``kept`` (DocRef) and ``rejects`` (near_duplicate)."""
 
     def __init__(self, cfg: NearDedupConfig | None = None) -> None:
         super().__init__()
@@ -274,16 +265,16 @@ class NearDedup(beam.PTransform):
         log.info("near_dedup: threshold %.2f, num_perm %d\n%s", cfg.threshold, cfg.num_perm, s_curve_table(bands, rows))
         pairs = (
             docs
-            | "BandKeys" >> beam.ParDo(_BandKeys(cfg, "doc"))
+            | "BandKeys" >> beam.FlatMap(_band_keys, "doc")
             | "ByBand" >> beam.GroupByKey()
             | "BucketPairs" >> beam.FlatMap(_bucket_pairs)
             | "DistinctPairs" >> beam.Distinct()
         )
         if cfg.verify:
-            texts = docs | "Texts" >> beam.Map(lambda d: (d.id, d.text))
-            pairs = pairs | "Verify" >> VerifyPairs(cfg, texts, texts)
+            by_id = docs | "ById" >> beam.Map(lambda r: (r.id, r))
+            pairs = pairs | "Verify" >> VerifyPairs(cfg, by_id, by_id)
         labels = pairs | "Components" >> ConnectedComponents(cfg.max_component_rounds)
-        lengths = docs | "Lengths" >> beam.Map(lambda d: (d.id, len(d.text)))
+        lengths = docs | "Lengths" >> beam.Map(lambda r: (r.id, r.chars))
         duplicates = (
             {"label": labels, "length": lengths}
             | "JoinLengths" >> beam.CoGroupByKey()
@@ -292,7 +283,7 @@ class NearDedup(beam.PTransform):
             | "Representative" >> beam.FlatMap(_representatives)
             | "AsReject" >> beam.Map(lambda dr: (dr[0], ("near_duplicate", dr[1])))
         )
-        return _split(docs, duplicates, "near_dedup")
+        return _split(docs, duplicates)
 
 
 def on_wikipedia(url: str, domains: Iterable[str]) -> bool:
@@ -321,8 +312,8 @@ class WikipediaRemoval(beam.PTransform):
         elsewhere = web | "NotOnWikipedia" >> beam.Filter(lambda d: not on_wikipedia(d.url, domains))
         pairs = (
             (
-                elsewhere | "WebBands" >> beam.ParDo(_BandKeys(cfg, "web")),
-                wiki | "WikiBands" >> beam.ParDo(_BandKeys(cfg, "wiki")),
+                elsewhere | "WebBands" >> beam.FlatMap(_band_keys, "web"),
+                wiki | "WikiBands" >> beam.FlatMap(_band_keys, "wiki"),
             )
             | "AllBands" >> beam.Flatten()
             | "ByBand" >> beam.GroupByKey()
@@ -330,16 +321,16 @@ class WikipediaRemoval(beam.PTransform):
             | "DistinctPairs" >> beam.Distinct()
         )
         if cfg.verify:
-            web_texts = elsewhere | "WebTexts" >> beam.Map(lambda d: (d.id, d.text))
-            wiki_texts = wiki | "WikiTexts" >> beam.Map(lambda d: (d.id, d.text))
-            pairs = pairs | "Verify" >> VerifyPairs(cfg, web_texts, wiki_texts)
+            web_refs = elsewhere | "WebById" >> beam.Map(lambda r: (r.id, r))
+            wiki_refs = wiki | "WikiById" >> beam.Map(lambda r: (r.id, r))
+            pairs = pairs | "Verify" >> VerifyPairs(cfg, web_refs, wiki_refs)
         near_rejects = pairs | "NearReject" >> beam.Map(lambda p: (p[0], ("wikipedia_near_duplicate", p[1])))
         rejects = (url_rejects, near_rejects) | "AllRejects" >> beam.Flatten()
-        return _split(web, rejects, "wikipedia_removal")
+        return _split(web, rejects)
 
 
 def wikipedia_removal(
     webtext_docs: beam.PCollection, wikipedia_docs: beam.PCollection, cfg: NearDedupConfig | None = None
 ) -> beam.pvalue.DoOutputsTuple:
-    """``webtext_docs | WikipediaRemoval(wikipedia_docs, cfg)``: tagged outputs ``kept`` and ``rejects``."""
+    """``webtext_refs | WikipediaRemoval(wikipedia_refs, cfg)``: tagged outputs ``kept`` and ``rejects``."""
     return webtext_docs | "WikipediaRemoval" >> WikipediaRemoval(wikipedia_docs, cfg)

@@ -6,6 +6,8 @@ downloads a binary (offline that fails and silently falls back). Every other Bea
 """
 from __future__ import annotations
 
+import os
+
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from corpusforge.config import RunConfig
@@ -18,5 +20,6 @@ def pipeline_options(run: RunConfig, **extra: object) -> PipelineOptions:
     flags = [f"--runner={RUNNER_ALIASES.get(run.runner, run.runner)}", *run.beam_args]
     if run.runner in ("DirectRunner", "FnApiRunner"):
         flags.append(f"--direct_running_mode={run.direct_running_mode}")
-        flags.append(f"--direct_num_workers={run.direct_num_workers}")
+        workers = 1 if run.direct_running_mode == "in_memory" else run.direct_num_workers or os.cpu_count() or 1
+        flags.append(f"--direct_num_workers={workers}")
     return PipelineOptions(flags, **extra)

@@ -1,190 +1,271 @@
-"""Small composable Beam steps for documents: read sources, clean, de-duplicate, write.
+"""The documents job's Beam steps: read and clean each input task and spill it, de-duplicate on
+references, write sorted Parquet parts sized by bytes.
 
-Streams carry ``Document`` and ``Reject`` values side by side; ``split`` separates them with two
-filters (see the package docstring for why not a multi-output ParDo).
+One step shape: every read task runs ``ReadCleanSpill``, which turns a task into records through a
+Beam-free reader, passes each document through the per-document filters (``corpora.clean.Cleaner``:
+a document or a reject with its reason), spills the survivors (``pipeline.document_spill``) and emits
+``(kind, value)`` pairs: ``ref`` (a ``DocRef``), ``reject`` and one ``counters`` dict per task. Routing
+and counting happen there and nowhere else; the counters travel as data into the run manifest.
+Multi-output steps use ``(kind, value)`` pairs split by ``only`` rather than tagged outputs, which
+every runner handles alike.
 """
 from __future__ import annotations
 
 import logging
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
 
+from corpusforge.config import BooksConfig, CleanConfig, NearDedupConfig, WikipediaConfig
 from corpusforge.corpora.books import list_book_files, read_book
-from corpusforge.corpora.clean import dedup_key, normalize_text, word_count
+from corpusforge.corpora.clean import Cleaner
 from corpusforge.corpora.document import Document, Reject
-from corpusforge.corpora.language import detect_language
 from corpusforge.corpora.wikipedia import plan_ranges, read_range
-from corpusforge.config import BooksConfig, CleanConfig, WikipediaConfig
-from corpusforge.pipeline.documents_io import PART_PATTERN, documents_table, part_of, rejects_table, write_table_atomic
+from corpusforge.hashing import stable_hash
+from corpusforge.pipeline.document_spill import DocRef, RefMaker, gather_part, scatter
+from corpusforge.pipeline.documents_io import PART_PATTERN, part_of, rejects_table, write_table_atomic
 
 log = logging.getLogger(__name__)
+REF, REJECT, COUNTERS = "ref", "reject", "counters"
+Reader = Callable[[object, Counter], Iterable[Document | Reject]]  # (task, counts) -> records; counts["inputs"] where read
 
 
-def split(records: beam.PCollection, label: str) -> tuple[beam.PCollection, beam.PCollection]:
-    """(documents, rejects) of a mixed stream."""
-    docs = records | f"{label}Docs" >> beam.Filter(lambda r: isinstance(r, Document))
-    rejects = records | f"{label}Rejects" >> beam.Filter(lambda r: isinstance(r, Reject))
-    return docs, rejects
+def only(element: tuple[str, object], kind: str) -> Iterator[object]:
+    if element[0] == kind:
+        yield element[1]
 
 
-class _CountRecords(beam.DoFn):
-    """Beam counters per source and reason, plus a periodic progress line."""
-
-    def __init__(self, stage: str, every: int = 2000) -> None:
-        self.stage, self.every, self.seen = stage, every, 0
-
-    def process(self, record: Document | Reject):
-        if isinstance(record, Document):
-            Metrics.counter(self.stage, f"{record.source}.documents").inc()
-        else:
-            Metrics.counter(self.stage, f"{record.source}.reject.{record.reason}").inc()
-        self.seen += 1
-        if self.seen % self.every == 0:
-            log.info("%s: %d records in this worker", self.stage, self.seen)
-        yield record
+def split_kinds(records: beam.PCollection, label: str) -> tuple[beam.PCollection, beam.PCollection, beam.PCollection]:
+    """(refs, rejects, counters) of a ``ReadCleanSpill`` output."""
+    return tuple(records | f"{label}{kind.title()}s" >> beam.FlatMap(only, kind) for kind in (REF, REJECT, COUNTERS))  # type: ignore[return-value]
 
 
-class _ReadBook(beam.DoFn):
-    def process(self, item: tuple[str, str]):
-        path, root = item
-        yield read_book(Path(path), Path(root))
+class ReadCleanSpill(beam.DoFn):
+    """A task -> its records through ``reader`` -> cleaned -> spilled; emits refs, rejects, counters."""
+
+    def __init__(self, source: str, reader: Reader, spill_dir: str, clean: CleanConfig | None, near: NearDedupConfig | None) -> None:
+        self.source, self.reader, self.spill_dir, self.clean, self.near = source, reader, spill_dir, clean, near
+
+    def setup(self) -> None:
+        self.cleaner = Cleaner(self.clean) if self.clean is not None else None
+        self.refs = RefMaker(self.near)
+
+    def process(self, task: object) -> Iterator[tuple[str, object]]:
+        counters: Counter[str] = Counter()
+        read: Counter[str] = Counter()
+        docs: list[Document] = []
+        for record in self.reader(task, read):
+            counters[f"{record.source}.records"] += 1
+            if isinstance(record, Document) and self.cleaner is not None:
+                record = self.cleaner(record)
+            if isinstance(record, Reject):
+                counters[f"{record.source}.rejects.{record.reason}"] += 1
+                yield REJECT, record
+            else:
+                docs.append(record)
+        if "inputs" in read:  # counted by the reader where it read them, independently of what it yielded
+            counters[f"{self.source}.inputs"] += read["inputs"]
+        if docs:
+            name = f"{docs[0].source}-{stable_hash(*(d.id for d in docs)):016x}.arrow"
+            for ref in self.refs.spill(Path(self.spill_dir) / name, docs):
+                yield REF, ref
+        yield COUNTERS, dict(counters)
 
 
-class ReadBooks(beam.PTransform):
-    """One element per book file, read in parallel; one book is one document."""
-
-    def __init__(self, cfg: BooksConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
-
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
-        files = [
-            (str(path), str(root))
-            for root in self.cfg.paths
-            for path in list_book_files(Path(root), tuple(self.cfg.extensions))
-        ]
-        return (
-            pbegin
-            | "ListBooks" >> beam.Create(files)
-            | "SpreadBooks" >> beam.Reshuffle()
-            | "ReadBook" >> beam.ParDo(_ReadBook())
-            | "CountBooks" >> beam.ParDo(_CountRecords("books"))
-        )
+def read_book_task(task: tuple[str, str], counts: Counter) -> list[Document | Reject]:
+    """One listed book file (books count their inputs where the files are listed: ``book_tasks``)."""
+    path, root = task
+    return [read_book(Path(path), Path(root))]
 
 
-class _ReadRange(beam.DoFn):
-    def __init__(self, keep_headings: bool, drop_disambiguation: bool) -> None:
-        self.keep_headings, self.drop_disambiguation = keep_headings, drop_disambiguation
-
-    def process(self, dump_range):
-        yield from read_range(dump_range, keep_headings=self.keep_headings, drop_disambiguation=self.drop_disambiguation)
+def book_tasks(cfg: BooksConfig, counts: Counter) -> list[tuple[str, str]]:
+    return [(str(path), str(root)) for root in cfg.paths for path in list_book_files(Path(root), tuple(cfg.extensions), counts)]
 
 
-class ReadWikipedia(beam.PTransform):
-    """Dumps are planned into independently readable byte ranges (multistream), read in parallel."""
+def wikipedia_tasks(cfg: WikipediaConfig) -> list:
+    """Dumps planned into independently readable byte ranges (multistream), read in parallel."""
+    indexes = list(cfg.index_paths) + [None] * (len(cfg.paths) - len(cfg.index_paths))
+    return [
+        r
+        for path, index in zip(cfg.paths, indexes)
+        for r in plan_ranges(Path(path), Path(index) if index else None, cfg.streams_per_range)
+    ]
+
+
+class WikipediaReader:
+    """Picklable reader of one planned byte range."""
 
     def __init__(self, cfg: WikipediaConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
+        self.keep_headings, self.drop_disambiguation = cfg.keep_headings, cfg.drop_disambiguation
 
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
-        indexes = list(self.cfg.index_paths) + [None] * (len(self.cfg.paths) - len(self.cfg.index_paths))
-        ranges = [
-            r
-            for path, index in zip(self.cfg.paths, indexes)
-            for r in plan_ranges(Path(path), Path(index) if index else None, self.cfg.streams_per_range)
-        ]
-        return (
-            pbegin
-            | "PlanRanges" >> beam.Create(ranges)
-            | "SpreadRanges" >> beam.Reshuffle()
-            | "ReadRange" >> beam.ParDo(_ReadRange(self.cfg.keep_headings, self.cfg.drop_disambiguation))
-            | "CountWikipedia" >> beam.ParDo(_CountRecords("wikipedia"))
-        )
+    def __call__(self, dump_range: object, counts: Counter) -> Iterable[Document | Reject]:
+        return read_range(dump_range, keep_headings=self.keep_headings, drop_disambiguation=self.drop_disambiguation, counts=counts)
 
 
-class _Clean(beam.DoFn):
-    """Unicode repair, whitespace normalisation, minimum length, language filter."""
-
-    def __init__(self, cfg: CleanConfig) -> None:
-        self.cfg = cfg
-
-    def process(self, doc: Document):
-        text = normalize_text(doc.text, fix_unicode=self.cfg.fix_unicode)
-        words = word_count(text)
-        if words < self.cfg.min_words:
-            yield Reject(doc.id, doc.source, "too_short", f"{words} words < {self.cfg.min_words}", doc.title)
-            return
-        meta = dict(doc.meta)
-        if self.cfg.language:
-            language, confidence = detect_language(text)
-            meta["language"] = language
-            if language != self.cfg.language or confidence < self.cfg.language_min_confidence:
-                yield Reject(doc.id, doc.source, "language", f"{language}:{confidence:.2f}", doc.title)
-                return
-        yield doc.replace(text=text, meta=meta)
+def records_of_batch(batch: list[Document | Reject], counts: Counter) -> list[Document | Reject]:
+    """Reader of tasks that already are records (WebText pages after extraction)."""
+    return batch
 
 
-class Clean(beam.PTransform):
-    def __init__(self, cfg: CleanConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
+def read_tasks(p: beam.Pipeline, source: str, tasks: list, reader: Reader, spill_dir: str, clean: CleanConfig | None,
+               near: NearDedupConfig | None) -> beam.PCollection:
+    label = source.title()
+    return (
+        p
+        | f"List{label}" >> beam.Create(tasks)
+        | f"Spread{label}" >> beam.Reshuffle()
+        | f"Read{label}" >> beam.ParDo(ReadCleanSpill(source, reader, spill_dir, clean, near))
+    )
 
-    def expand(self, docs: beam.PCollection) -> beam.PCollection:
-        return docs | "CleanText" >> beam.ParDo(_Clean(self.cfg)) | "CountClean" >> beam.ParDo(_CountRecords("clean"))
 
-
-def _keep_first(item: tuple[str, list[Document]]):
+def _keep_first(item: tuple[str, Iterable[DocRef]]) -> Iterator[tuple[str, object]]:
     """Keep the smallest id of an exact-duplicate group (deterministic), reject the rest."""
     _, group = item
-    ordered = sorted(group, key=lambda d: d.id)
-    yield ordered[0]
+    ordered = sorted(group, key=lambda r: r.id)
+    yield REF, ordered[0]
     for dup in ordered[1:]:
-        yield Reject(dup.id, dup.source, "duplicate", f"duplicate of {ordered[0].id}", dup.title)
-
-
-def _dedup_key(doc: Document) -> tuple[str, Document]:
-    return dedup_key(doc.text), doc
+        yield REJECT, Reject(dup.id, dup.source, "duplicate", f"duplicate of {ordered[0].id}", dup.key)
 
 
 class ExactDedup(beam.PTransform):
-    """Exact duplicates on normalised text, across all sources, through one GroupByKey."""
+    """Exact duplicates on normalised text (the key each ``DocRef`` carries), across all sources."""
+
+    def expand(self, refs: beam.PCollection) -> tuple[beam.PCollection, beam.PCollection]:
+        grouped = (
+            refs
+            | "ByTextKey" >> beam.Map(lambda r: (r.text_key, r))
+            | "GroupByText" >> beam.GroupByKey()
+            | "KeepFirst" >> beam.FlatMap(_keep_first)
+        )
+        return grouped | "Kept" >> beam.FlatMap(only, REF), grouped | "Duplicates" >> beam.FlatMap(only, REJECT)
+
+
+def parts_for(total: int, per_part: int) -> int:
+    return max(1, math.ceil(total / per_part))
+
+
+def _rows(item: tuple[str, Iterable[DocRef]]) -> tuple[str, list[tuple[int, str, int]]]:
+    """A spill file's surviving (row, id, bytes)."""
+    return item[0], sorted((r.row, r.id, r.nbytes) for r in item[1])
+
+
+def _part_count(item: tuple[int, Iterable[tuple[str, int]]], part_bytes: int) -> Iterator[tuple[str, int]]:
+    """Every spill file learns the part count from the survivors' total bytes (gathered under one key)."""
+    files = list(item[1])
+    parts = parts_for(sum(size for _, size in files), part_bytes)
+    for spill, _ in files:
+        yield spill, parts
+
+
+def _scatter(item: tuple[str, dict[str, list]], scatter_dir: str) -> list[tuple[tuple[int, int], str]]:
+    spill, group = item
+    (parts,) = group["parts"]
+    (rows,) = group["rows"]
+    kept = [(row, part_of(doc_id, parts)) for row, doc_id, _ in rows]
+    return [((part, parts), path) for part, path in scatter(spill, kept, Path(scatter_dir))]
+
+
+class _WriteDocumentPart(beam.DoFn):
+    """(part, scattered pieces) -> one Parquet part sorted by id; yields its counters."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def process(self, item: tuple[tuple[int, int], Iterable[str]]) -> Iterator[dict]:
+        (index, parts), pieces = item
+        table = gather_part(pieces)
+        write_table_atomic(table, f"{self.directory.rstrip('/')}/{PART_PATTERN.format(index=index, count=parts)}")
+        yield dict(Counter(f"{source}.documents" for source in table["source"].to_pylist()))
+
+
+class WriteDocuments(beam.PTransform):
+    """Surviving refs -> ``ceil(bytes / part_bytes)`` Parquet parts, each holding the ids that hash to it.
+
+    The part count comes from the survivors' total size, so parts are sized by bytes; each spill
+    file's survivors are scattered to per-part pieces, then each part is gathered and sorted by id.
+    Joins, not side inputs, carry the part count (the DaskRunner recomputes side inputs per task).
+    Yields one counters dict per part.
+    """
+
+    def __init__(self, directory: str, scatter_dir: str, part_bytes: int) -> None:
+        super().__init__()
+        self.directory, self.scatter_dir, self.part_bytes = directory, scatter_dir, part_bytes
+
+    def expand(self, refs: beam.PCollection) -> beam.PCollection:
+        rows = refs | "BySpillFile" >> beam.Map(lambda r: (r.spill, r)) | "GroupSpill" >> beam.GroupByKey() | "Rows" >> beam.Map(_rows)
+        parts = (
+            rows
+            | "FileBytes" >> beam.Map(lambda item: (0, (item[0], sum(size for _, _, size in item[1]))))
+            | "AllFiles" >> beam.GroupByKey()
+            | "PartCount" >> beam.FlatMap(_part_count, self.part_bytes)
+        )
+        return (
+            {"rows": rows, "parts": parts}
+            | "JoinPartCount" >> beam.CoGroupByKey()
+            | "Scatter" >> beam.FlatMap(_scatter, self.scatter_dir)
+            | "ByPart" >> beam.GroupByKey()
+            | "WritePart" >> beam.ParDo(_WriteDocumentPart(self.directory))
+        )
+
+
+class WriteRejects(beam.PTransform):
+    """Rejects -> ``parts`` Parquet files by id hash, each sorted by id; yields per-part counters.
+
+    A fixed count (rejects are ~100 bytes each), so no global count has to reach every record first.
+    """
+
+    def __init__(self, directory: str, parts: int) -> None:
+        super().__init__()
+        self.directory, self.parts = directory, parts
+
+    def expand(self, rejects: beam.PCollection) -> beam.PCollection:
+        directory, parts = self.directory.rstrip("/"), self.parts
+
+        def write(item: tuple[int, Iterable[Reject]]) -> dict:
+            index, records = item
+            table = rejects_table(records)
+            write_table_atomic(table, f"{directory}/{PART_PATTERN.format(index=index, count=parts)}")
+            return dict(Counter(f"{s}.rejects.{r}" for s, r in zip(table["source"].to_pylist(), table["reason"].to_pylist())))
+
+        return rejects | "ByPart" >> beam.Map(lambda r: (part_of(r.id, parts), r)) | "GroupParts" >> beam.GroupByKey() | "Write" >> beam.Map(write)
+
+
+def merge_counters(parts: Iterable[dict]) -> dict[str, int]:
+    total: Counter[str] = Counter()
+    for part in parts:
+        total.update(part)
+    return dict(sorted(total.items()))
+
+
+def write_counters(counters: dict[str, beam.PCollection], path: str) -> None:
+    """Every counter stream merged into one JSON file ``{stream: {name: count}}``: the job's one stats path."""
+    import json
+
+    def write(item: tuple[int, Iterable[tuple[str, dict]]]) -> None:
+        merged: dict[str, list[dict]] = {name: [] for name in counters}
+        for name, values in item[1]:
+            merged[name].append(values)
+        Path(path).write_text(json.dumps({name: merge_counters(v) for name, v in merged.items()}, sort_keys=True), encoding="utf-8")
+
+    streams = [pcoll | f"Name{name.title()}" >> beam.Map(lambda c, n: (0, (n, c)), name) for name, pcoll in counters.items()]
+    _ = streams | "AllCounters" >> beam.Flatten() | "GatherCounters" >> beam.GroupByKey() | "WriteCounters" >> beam.Map(write)
+
+
+class SpillDocuments(beam.PTransform):
+    """PCollection[Document] -> PCollection[DocRef]: documents already in a pipeline, spilled in batches
+    (for graphs that start from documents, e.g. near-dedup on a prepared collection)."""
+
+    def __init__(self, spill_dir: str, near: NearDedupConfig | None) -> None:
+        super().__init__()
+        self.spill_dir, self.near = spill_dir, near
 
     def expand(self, docs: beam.PCollection) -> beam.PCollection:
         return (
             docs
-            | "DedupKey" >> beam.Map(_dedup_key)
-            | "GroupByText" >> beam.GroupByKey()
-            | "KeepFirst" >> beam.FlatMap(_keep_first)
-            | "CountDedup" >> beam.ParDo(_CountRecords("dedup"))
-        )
-
-
-class _WriteParts(beam.DoFn):
-    def __init__(self, directory: str, parts: int, kind: str) -> None:
-        self.directory, self.parts, self.kind = directory, parts, kind
-
-    def process(self, item: tuple[int, list]):
-        index, records = item
-        table = documents_table(records) if self.kind == "documents" else rejects_table(records)
-        path = f"{self.directory.rstrip('/')}/{PART_PATTERN.format(index=index, count=self.parts)}"
-        yield write_table_atomic(table, path)
-
-
-class WriteParts(beam.PTransform):
-    """Group records by a hash of their id into ``parts`` Parquet files, each written atomically."""
-
-    def __init__(self, directory: str, parts: int, kind: str) -> None:
-        super().__init__()
-        self.directory, self.parts, self.kind = directory, parts, kind
-
-    def expand(self, records: beam.PCollection) -> beam.PCollection:
-        parts = self.parts
-        return (
-            records
-            | "ByPart" >> beam.Map(lambda r: (part_of(r.id, parts), r))
-            | "GroupParts" >> beam.GroupByKey()
-            | "WriteParquet" >> beam.ParDo(_WriteParts(self.directory, parts, self.kind))
+            | "Batches" >> beam.BatchElements(min_batch_size=1, max_batch_size=256)
+            | "Spill" >> beam.ParDo(ReadCleanSpill("documents", records_of_batch, self.spill_dir, None, self.near))
+            | "Refs" >> beam.FlatMap(only, REF)
         )

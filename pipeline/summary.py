@@ -1,6 +1,5 @@
-"""Counts read back from the written documents and rejects, so the summary holds whatever the runner.
-
-Beam counters are not reported by every runner (Dask drops them), the files always exist.
+"""Counts read back from the written documents and rejects, checked against the counters the job
+carried as data: what was read (counted where it was read) must equal what was written.
 """
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from corpusforge.corpora.document import AccountingError
 from corpusforge.pipeline.documents_io import output_files
 
 
@@ -20,22 +20,19 @@ class SourceStats:
     words: int = 0
     bytes: int = 0
     rejects: Counter[str] = field(default_factory=Counter)
-
-    @property
-    def inputs(self) -> int:
-        return self.documents + sum(self.rejects.values())
+    inputs: int = 0  # records the readers saw, counted where they were read (not documents + rejects)
 
 
 def collect_stats(documents_dir: Path, rejects_dir: Path) -> dict[str, SourceStats]:
     stats: dict[str, SourceStats] = defaultdict(SourceStats)
     for path in output_files(documents_dir):
-        table = pq.read_table(path, columns=["source", "text"])
-        for source in pc.unique(table["source"]).to_pylist():
-            texts = table.filter(pc.equal(table["source"], source))["text"]
-            entry = stats[source]
-            entry.documents += len(texts)
-            entry.bytes += pc.sum(pc.binary_length(texts)).as_py() or 0
-            entry.words += pc.sum(pc.list_value_length(pc.utf8_split_whitespace(texts))).as_py() or 0
+        for table in pq.ParquetFile(path).iter_batches(batch_size=256, columns=["source", "text"]):  # a part can be 128 MB
+            for source in pc.unique(table["source"]).to_pylist():
+                texts = table.filter(pc.equal(table["source"], source))["text"]
+                entry = stats[source]
+                entry.documents += len(texts)
+                entry.bytes += pc.sum(pc.binary_length(texts)).as_py() or 0
+                entry.words += pc.sum(pc.list_value_length(pc.utf8_split_whitespace(texts))).as_py() or 0
     for path in output_files(rejects_dir):
         table = pq.read_table(path, columns=["source", "reason"])
         for source, reason in zip(table["source"].to_pylist(), table["reason"].to_pylist()):
@@ -48,3 +45,28 @@ def stats_to_json(stats: dict[str, SourceStats]) -> dict[str, dict]:
         source: {"inputs": s.inputs, "documents": s.documents, "words": s.words, "bytes": s.bytes, "rejects": dict(sorted(s.rejects.items()))}
         for source, s in stats.items()
     }
+
+
+def check_accounting(counters: dict[str, dict[str, int]], stats: dict[str, SourceStats]) -> None:
+    """Per source: inputs read == documents + rejects written, and the job's counters == the files' recount.
+
+    Fills ``inputs`` from the readers' counts; raises ``AccountingError`` with the numbers on any mismatch.
+    """
+    read, documents, rejects = (counters.get(k, {}) for k in ("read", "documents", "rejects"))
+    problems = []
+    sources = sorted({name.split(".")[0] for name in [*read, *documents, *rejects]} | set(stats))
+    for source in sources:
+        entry = stats.setdefault(source, SourceStats())
+        entry.inputs = read.get(f"{source}.inputs", read.get(f"{source}.records", 0))
+        written = entry.documents + sum(entry.rejects.values())
+        if entry.inputs != written:
+            problems.append(f"{source}: {entry.inputs} records read but {entry.documents} documents + "
+                            f"{sum(entry.rejects.values())} rejects written")
+        if documents.get(f"{source}.documents", 0) != entry.documents:
+            problems.append(f"{source}: the job wrote {documents.get(f'{source}.documents', 0)} documents, the files hold {entry.documents}")
+        for reason in sorted(set(entry.rejects) | {n.split(".", 2)[2] for n in rejects if n.startswith(f"{source}.")}):
+            counted = rejects.get(f"{source}.rejects.{reason}", 0)
+            if counted != entry.rejects.get(reason, 0):
+                problems.append(f"{source}: the job wrote {counted} '{reason}' rejects, the files hold {entry.rejects.get(reason, 0)}")
+    if problems:
+        raise AccountingError("accounting mismatch: " + "; ".join(problems))

@@ -3,19 +3,24 @@
 Every submission ends as exactly one record: the chosen submission of a canonical URL becomes a
 Document or a page-level Reject; every other submission is a Reject (self_post, low_karma,
 duplicate_url, ...). In offline mode with no dumps, the links are the captures of the WARCs.
+With ``lead_from_description``, pages are grouped by (host, description) before a lead is added:
+a description that other pages of the host share is the site's, not the article's.
 """
 from __future__ import annotations
 
 import html as html_lib
 import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import apache_beam as beam
 from apache_beam.pvalue import PCollection
 
 from corpusforge.corpora.document import Document, Reject, make_id
-from corpusforge.corpora.extract import extract_page
-from corpusforge.corpora.reddit import SOURCE, Link, read_submissions, screen, select_link
+from corpusforge.corpora.extract import description_lead, extract_page, fix_mojibake, folded_words, meta_description
+from corpusforge.corpora.reddit import SOURCE, Link, check_dump_format, read_submissions, screen, select_link
 from corpusforge.corpora.urls import Blocklist, clean_url
 from corpusforge.corpora.warc import Capture, iter_captures, warc_files
 from corpusforge.config import Config, WebTextConfig
@@ -38,21 +43,51 @@ def page_title(html: str) -> str:
     return " ".join(html_lib.unescape(match.group(1)).split()) if match else ""
 
 
-def to_document(link: Link, capture: Capture, web: WebTextConfig) -> Document | Reject:
-    """A fetched or replayed page -> Document, or a Reject with the fetch / decode / extract reason."""
+@dataclass(frozen=True, slots=True)
+class Described:
+    """A document whose page has a meta description; its lead waits for the host's other pages."""
+
+    document: Document
+    key: tuple[str, str]  # (host without "www.", folded description)
+    lead: str  # the description as the page's missing lead, or ""
+
+
+def host_description(url: str, description: str) -> tuple[str, str]:
+    host = (urlsplit(url).hostname or "").removeprefix("www.")
+    return host, " ".join(folded_words(description))
+
+
+def lead_once(key: tuple[str, str], group: Iterable[Described]) -> Iterator[Document]:
+    """Documents of one (host, description): the lead is added only where the page is the only one."""
+    described = list(group)
+    for item in described:
+        if len(described) == 1 and item.lead:
+            yield item.document.replace(text=f"{' '.join(fix_mojibake(item.lead).split())}\n\n{item.document.text}")
+        else:
+            yield item.document
+
+
+def to_document(link: Link, capture: Capture, web: WebTextConfig) -> Document | Described | Reject:
+    """A fetched or replayed page -> Document (Described when its lead is pending), or a Reject with the
+    fetch / decode / extract reason."""
     html, reason = decode_page(capture, web.fetch.max_decoded_bytes, web.fetch.content_types)
     if html is None:
         return link_reject(link, reason, capture.detail)
     url = capture.final_url or link.url
     # decoded once here (header, <meta>, charset-normalizer), handed on as UTF-8
-    text, reason = extract_page(html.encode("utf-8"), url, content_type="text/html; charset=utf-8", config=web.extract)
+    page = html.encode("utf-8")
+    text, reason = extract_page(page, url, content_type="text/html; charset=utf-8", config=web.extract)
     if not text:
         return link_reject(link, reason or "extraction_empty", url)
     meta = {"subreddit": link.subreddit, "warc_record_id": capture.record_id, "timestamp": capture.date}
     if link.submission_ids:
         meta["score"] = str(link.score)
-    return Document(id=make_id(SOURCE, link.key), source=SOURCE, title=link.title or page_title(html),
-                    text=text, url=url, meta={k: v for k, v in meta.items() if v})
+    document = Document(id=make_id(SOURCE, link.key), source=SOURCE, title=link.title or page_title(html),
+                        text=text, url=url, meta={k: v for k, v in meta.items() if v})
+    description = meta_description(page) if web.extract.lead_from_description else ""
+    if not description:
+        return document
+    return Described(document, host_description(url, description), description_lead(text, page))
 
 
 def links_from_warc(path: str, blocklist: Blocklist) -> list[tuple[str, Link] | Reject]:
@@ -97,6 +132,8 @@ def read_links(pipeline: beam.Pipeline, cfg: Config, blocklist: Blocklist) -> tu
         grouped = keyed | "GroupWarcUrls" >> beam.GroupByKey() | "FirstCapture" >> beam.FlatMapTuple(first_capture)
         links, duplicates = split(grouped, "SplitDuplicates")
         return links, (rejects, duplicates) | "WarcRejects" >> beam.Flatten()
+    for path in web.dumps:  # a wrong file is a one-line error now, not a worker's traceback later
+        check_dump_format(Path(path))
     records = (
         pipeline
         | "DumpPaths" >> beam.Create(sorted(str(p) for p in web.dumps))
@@ -137,6 +174,13 @@ class WebText(beam.PTransform):
             | "Extract" >> beam.Map(lambda pair, web: to_document(*pair, web), web)
         )
         documents, page_rejects = split(pages, "SplitPages")
+        if web.extract.lead_from_description:
+            parts = documents | "SplitDescribed" >> beam.Partition(lambda d, _: int(isinstance(d, Described)), 2)
+            led = (parts[1]
+                   | "ByHostDescription" >> beam.Map(lambda d: (d.key, d))
+                   | "GroupHostDescription" >> beam.GroupByKey()
+                   | "LeadOnce" >> beam.FlatMapTuple(lead_once))
+            documents = (parts[0], led) | "Documents" >> beam.Flatten()
         rejects = (link_rejects, page_rejects) | "Rejects" >> beam.Flatten()
         return documents, rejects
 

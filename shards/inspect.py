@@ -5,7 +5,7 @@ multi-gigabyte directory is summarised in seconds; the summary says when it samp
 """
 from __future__ import annotations
 
-import os
+import io
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +15,10 @@ from rich.table import Table
 from rich.text import Text
 from tokenizers import Tokenizer
 
-from corpusforge.files import temp_path
-from corpusforge.shards.reader import Manifest, column_view, open_shard, read_manifest
+from corpusforge.files import atomic_write_bytes
+from corpusforge.shards.reader import Manifest, ShardError, column_view, open_shard, read_manifest
 
 SAMPLE = 200_000
-HISTOGRAM_PNG = "length_histogram.png"
 HISTOGRAM_BINS = 16
 
 
@@ -122,30 +121,39 @@ def length_histogram_text(histogram: dict[str, list], width: int = 40) -> str:
     return "\n".join(lines)
 
 
-def write_length_histogram(directory: Path, histogram: dict[str, list]) -> Path:
-    """Plot the length histogram as a PNG beside the manifest (written atomically)."""
+def length_histogram_figure(histogram: dict[str, list], title: str) -> Any:
+    """The length histogram as a matplotlib figure; counts on a log axis so a thin tail still shows."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    edges = histogram["edges"]
     figure, axes = plt.subplots(figsize=(6, 3.5))
-    axes.stairs(histogram["counts"], edges, fill=True)
-    axes.set_xlabel("sequence length (tokens)")
-    axes.set_ylabel("examples")
+    axes.stairs(histogram["counts"], histogram["edges"], fill=True)
+    axes.set(title=title, xlabel="sequence length (real tokens)", ylabel="examples (log)", yscale="log")
     figure.tight_layout()
-    path = Path(directory) / HISTOGRAM_PNG
-    tmp = temp_path(path)
-    figure.savefig(tmp, format="png", dpi=100)
+    return figure
+
+
+def write_length_histogram(path: Path, histogram: dict[str, list], title: str) -> Path:
+    """Save the histogram as a PNG at ``path``, written atomically (never into the shard directory by default)."""
+    from matplotlib import pyplot as plt
+
+    figure = length_histogram_figure(histogram, title)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
     plt.close(figure)
-    os.replace(tmp, path)
-    return path
+    atomic_write_bytes(Path(path), buffer.getvalue())
+    return Path(path)
 
 
-def show_example(directory: Path, index: int, console: Console) -> None:
-    """Print example ``index`` (file order) decoded, masked positions highlighted with their originals."""
-    manifest = read_manifest(Path(directory))
+def render_example(directory: Path, index: int, vocab: Path | None = None) -> list[Text]:
+    """Example ``index`` (file order) decoded, masked positions highlighted with their originals, as lines to print.
+
+    Built whole before anything is printed, so a bad index or a missing vocabulary is one error line.
+    ``vocab`` replaces the manifest's vocabulary path (shards moved without their vocabulary).
+    """
+    manifest = read_manifest(Path(directory), vocab=vocab)
     if not 0 <= index < manifest.examples:
         raise IndexError(f"example {index} out of range: the directory holds {manifest.examples}")
     offset = 0
@@ -154,13 +162,14 @@ def show_example(directory: Path, index: int, console: Console) -> None:
             row = open_shard(manifest.shard_path(entry), expected=entry).slice(index - offset, 1).to_pylist()[0]
             break
         offset += entry.examples
+    if not manifest.tokenizer_path().is_file():
+        raise ShardError(f"{manifest.tokenizer_path()}: vocabulary not found (shards moved without it? pass --vocab DIR)")
     tokenizer = Tokenizer.from_file(str(manifest.tokenizer_path()))
-    console.print(f"example {index} ({entry.file}, row {index - offset})")
+    lines = [Text(f"example {index} ({entry.file}, row {index - offset})")]
     ids = row["input_ids"][: row["length"]]
     if manifest.task == "gpt":
-        console.print(Text(tokenizer.decode(ids, skip_special_tokens=False)))
-        console.print(f"length {row['length']}" + (" (partial window)" if row["length"] < len(row["input_ids"]) else ""))
-        return
+        partial = " (partial window)" if row["length"] < len(row["input_ids"]) else ""
+        return lines + [Text(tokenizer.decode(ids, skip_special_tokens=False)), Text(f"length {row['length']}{partial}")]
     originals = {p: t for p, t, w in zip(row["masked_lm_positions"], row["masked_lm_ids"], row["masked_lm_weights"]) if w > 0}
     text = Text()
     for position, token_id in enumerate(ids):
@@ -171,6 +180,5 @@ def show_example(directory: Path, index: int, console: Console) -> None:
         else:
             text.append(token, style="cyan" if position < row["a_length"] else "")
         text.append(" ")
-    console.print(text)
     nsp = "random next" if row["next_sentence_label"] == 1 else "actual next"
-    console.print(f"length {row['length']}, segment A {row['a_length']} tokens, {len(originals)} predictions, NSP: {nsp}")
+    return lines + [text, Text(f"length {row['length']}, segment A {row['a_length']} tokens, {len(originals)} predictions, NSP: {nsp}")]

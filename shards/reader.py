@@ -97,7 +97,8 @@ class Manifest(BaseModel):
         return gpt_schema(info.seq_len, self.vocab.size)
 
 
-def read_manifest(directory: Path) -> Manifest:
+def read_manifest(directory: Path, vocab: Path | None = None) -> Manifest:
+    """The manifest of a shard directory; ``vocab`` replaces its vocabulary path (shards moved without it)."""
     path = Path(directory) / MANIFEST_NAME
     if not path.is_file():
         raise ShardError(f"{path}: manifest missing")
@@ -115,6 +116,8 @@ def read_manifest(directory: Path) -> Manifest:
         where = ".".join(str(part) for part in first["loc"])
         raise ShardError(f"{path}: invalid manifest: {where}: {first['msg']} ({exc.error_count()} error(s))") from exc
     manifest._root = Path(directory)
+    if vocab is not None:
+        manifest.vocab.path = str(Path(vocab).resolve())
     return manifest
 
 

@@ -18,10 +18,11 @@ from corpusforge.files import sha256_file
 from corpusforge.shards.reader import Manifest, ShardEntry, ShardError, column_view, open_shard, read_manifest
 
 
-def verify(directory: Path, *, progress: bool = False) -> list[str]:
+def verify(directory: Path, *, progress: bool = False, vocab: Path | None = None) -> list[str]:
+    """Every problem of ``directory``, one line each; ``vocab`` replaces the manifest's vocabulary path."""
     directory = Path(directory)
     try:
-        manifest = read_manifest(directory)
+        manifest = read_manifest(directory, vocab=vocab)
     except ShardError as exc:
         return [str(exc)]
     problems = _check_files(manifest) + _check_vocab(manifest)
@@ -29,7 +30,7 @@ def verify(directory: Path, *, progress: bool = False) -> list[str]:
         schema = manifest.arrow_schema()
     except ShardError as exc:
         return problems + [str(exc)]
-    for entry in tqdm(manifest.shards, desc="verify", unit="shard", disable=not progress):
+    for entry in tqdm(manifest.shards, desc="verify", unit="shard", disable=None if progress else True):
         problems += _check_shard(manifest, entry, schema)
     for key, actual in (("examples", manifest.examples), ("tokens", manifest.tokens)):
         if manifest.totals.get(key) != actual:
@@ -67,7 +68,7 @@ def _check_vocab(manifest: Manifest) -> list[str]:
     elif path.is_file():
         actual = sha256_file(path)
     else:
-        return problems + [f"{path}: vocabulary missing"]
+        return problems + [f"{path}: vocabulary missing (shards moved without it? pass --vocab DIR)"]
     if vocab.sha256 and actual != vocab.sha256:
         problems.append(f"{path}: vocabulary sha256 differs from the manifest's")
     return problems

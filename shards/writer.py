@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -198,6 +199,8 @@ def write_shards(
     if next(pending, None) is not None:
         raise ValueError(f"more than the announced {num_examples} examples")
     manifest = dict(manifest, shards=entries)
+    if "vocab" in manifest:  # relative to the shard folder, so a directory moved together with its vocabulary still verifies
+        manifest["vocab"] = dict(manifest["vocab"], path=os.path.relpath(Path(manifest["vocab"]["path"]).resolve(), out_dir.resolve()))
     manifest["totals"] = dict(manifest.get("totals", {}), examples=sum(e["examples"] for e in entries), tokens=sum(e["tokens"] for e in entries))
     atomic_write_bytes(out_dir / MANIFEST_NAME, json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"))
     return manifest

@@ -70,6 +70,10 @@ def test_two_rank_ddp_matches_one_process_accumulating(shards, tmp_path):
     for name in ddp:
         assert torch.allclose(ddp[name], single[name], atol=2e-5), name
     # rank 0 logged losses summed over both ranks: the same figures as the single process
-    ddp_log, single_log = (read_log(tmp_path / run / "metrics.jsonl") for run in ("ddp", "single"))
+    ddp_log, single_log = ([r for r in read_log(tmp_path / run / "metrics.jsonl") if r["split"] == "train"] for run in ("ddp", "single"))
     assert [r["step"] for r in ddp_log] == [3, 6]
     assert [r["loss"] for r in ddp_log] == pytest.approx([r["loss"] for r in single_log], abs=1e-4)
+    # both ranks' shares of the held-out set (whole batches, then the rest split) make up exactly the single process's
+    ddp_eval, single_eval = (json.loads((tmp_path / run / "eval.json").read_text()) for run in ("ddp", "single"))
+    assert ddp_eval["examples"] == single_eval["examples"] == 40  # losses are means of batch means: batches differ, counts do not
+    assert (ddp_eval["mlm_accuracy"], ddp_eval["nsp_accuracy"]) == pytest.approx((single_eval["mlm_accuracy"], single_eval["nsp_accuracy"]))

@@ -40,6 +40,11 @@ def parquet_rows(folder: Path, columns: list[str]) -> list[dict]:
     return pq.read_table(sorted(folder.glob("part-*.parquet")), columns=columns).to_pylist()
 
 
+def data_files(out: Path) -> list[Path]:
+    """What a build makes from its inputs (manifests and the report also record paths and timings)."""
+    return [path for folder in ("documents", "rejects", "vocab", "shards") for path in (out / folder).rglob("*") if path.is_file() and path.name != "manifest.json"]
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("demo") / "out"
@@ -94,7 +99,7 @@ def test_a_second_build_writes_the_same_bytes(demo, tmp_path):
     out, _ = demo
     again = tmp_path / "again"
     cli_build(again)
-    made = sorted(path.relative_to(out) for path in out.rglob("*") if path.is_file() and path.name != "manifest.json")
+    made = sorted(path.relative_to(out) for path in data_files(out))
     assert [str(p) for p in made if p.suffix == ".arrow"] == ["shards/bert/shard-00000-of-00001.arrow", "shards/gpt/shard-00000-of-00001.arrow"]
-    assert made == sorted(path.relative_to(again) for path in again.rglob("*") if path.is_file() and path.name != "manifest.json")
+    assert made == sorted(path.relative_to(again) for path in data_files(again))
     assert [p for p in made if sha256(out / p) != sha256(again / p)] == []

@@ -1,6 +1,7 @@
 """HF export: transformers loads the exported directory and computes the same logits as our model."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,9 @@ def test_bert_export_logits_match_transformers(bert_shards, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(out)
     assert tokenizer.mask_token == "[MASK]" and tokenizer.convert_tokens_to_ids("[MASK]") == 103
     assert tokenizer("the cat")["input_ids"] == [101, 1996, 4937, 102]
+    assert tokenizer.model_max_length == 512 and tokenizer("THE Cat")["input_ids"] == [101, 1996, 4937, 102]
+    # a class every supported transformers version resolves (5.x's own "TokenizersBackend" is unknown to 4.x)
+    assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == "BertTokenizerFast"
 
 
 def test_gpt_export_logits_match_transformers(gpt_shards, tmp_path):
@@ -99,6 +103,9 @@ def test_gpt_export_logits_match_transformers(gpt_shards, tmp_path):
     assert (mine[..., :50257] - theirs).abs().max().item() < 1e-4
     tokenizer = AutoTokenizer.from_pretrained(out)
     assert tokenizer.eos_token == "<|endoftext|>" and tokenizer("Hello world")["input_ids"] == [15496, 995]
+    assert tokenizer.pad_token == "<|endoftext|>" and tokenizer.model_max_length == 1024
+    assert tokenizer(["Hi", "Hello world"], padding=True)["input_ids"][0] == [17250, 50256]
+    assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == "GPT2TokenizerFast"
 
 
 def test_pre_ln_bert_refuses_export(bert_shards, tmp_path):
@@ -108,3 +115,33 @@ def test_pre_ln_bert_refuses_export(bert_shards, tmp_path):
         export_hf(tmp_path / "run", tmp_path / "hf")
     refused = CliRunner().invoke(app, ["export", str(tmp_path / "run"), str(tmp_path / "hf")])
     assert refused.exit_code == 2 and "pre-LN" in refused.output and not (tmp_path / "hf").exists()
+
+
+def test_export_never_deletes_what_it_did_not_write(bert_shards, tmp_path):
+    """A non-empty folder is refused and left as it was; only a previous export is replaced, and only with --force."""
+    ckpt = trained_checkpoint(bert_shards, tmp_path / "run", "bert-tiny")
+    runner = CliRunner()
+    build = tmp_path / "build"
+    (build / "shards").mkdir(parents=True)
+    (build / "manifest.json").write_text("{}")
+    (build / "shards" / "part-0.arrow").write_bytes(b"data")
+    for args in ([], ["--force"]):
+        refused = runner.invoke(app, ["export", str(ckpt), str(build), *args])
+        assert refused.exit_code == 2 and "not empty" in refused.output, refused.output
+    assert sorted(str(p.relative_to(build)) for p in build.rglob("*")) == ["manifest.json", "shards", "shards/part-0.arrow"]
+    assert (build / "manifest.json").read_text() == "{}"
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert runner.invoke(app, ["export", str(ckpt), str(empty)]).exit_code == 0
+    first = (empty / "model.safetensors").read_bytes()
+    again = runner.invoke(app, ["export", str(ckpt), str(empty)])
+    assert again.exit_code == 2 and "--force" in again.output
+    forced = runner.invoke(app, ["export", str(ckpt), str(empty), "--force"])
+    assert forced.exit_code == 0 and (empty / "model.safetensors").read_bytes() == first
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]  # no leftovers beside it
+
+    (empty / "notes.txt").write_text("mine")  # a file the export did not write: --force no longer replaces the folder
+    kept = runner.invoke(app, ["export", str(ckpt), str(empty), "--force"])
+    assert kept.exit_code == 2 and "notes.txt" in kept.output
+    assert (empty / "notes.txt").read_text() == "mine" and (empty / "config.json").is_file()

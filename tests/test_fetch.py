@@ -264,6 +264,39 @@ def test_robots_unavailable_missing_and_crawl_delay(pages):
         assert time.monotonic() - started >= 0.6  # three page starts, 0.3 s apart
 
 
+class FaultyRedirects(LocalServer):
+    """Redirects to Locations no URL parser accepts, and a robots.txt that takes 3 s."""
+
+    def route(self, h, path: str, count: int) -> None:  # type: ignore[no-untyped-def]
+        if path.startswith("/bad-location/"):
+            self.send(h, 302, headers={"Location": path.removeprefix("/bad-location/").replace("~", "/")})
+        elif path == "/robots.txt" and self.robots == b"slow":
+            time.sleep(3)
+            self.send(h, 200, b"User-agent: *\n", "text/plain")
+        else:
+            super().route(h, path, count)
+
+
+def test_redirect_to_a_bad_port_fails_that_url_not_the_batch(pages):
+    name = next(iter(pages))
+    with FaultyRedirects(pages) as server:
+        bad = [server.url(f"/bad-location/http:~~127.0.0.1:{port}~x") for port in ("99999", "abc", "-1")]
+        bad.append(server.url("/bad-location/http:~~[::1~x"))  # an unclosed IPv6 literal
+        captures = fetch([*bad, server.url(f"/page/{name}")])
+    assert [c.reason for c in captures] == ["bad_url"] * 4 + [""]
+    assert all(c.url == url for c, url in zip(captures, bad))
+
+
+def test_robots_txt_time_counts_inside_the_url_deadline(pages):
+    name = next(iter(pages))
+    with FaultyRedirects(pages, robots=b"slow") as server:
+        started = time.monotonic()
+        (capture,) = fetch([server.url(f"/page/{name}")], url_deadline_s=1.0)
+        elapsed = time.monotonic() - started
+    assert capture.reason == "timeout" and elapsed < 2.5  # not the 3 s robots.txt answer
+    assert server.hits[f"/page/{name}"] == 0
+
+
 def test_fetches_run_concurrently_up_to_each_limit(pages):
     """The limits are reached, not only respected: a serial fetcher would take 12 x 0.3 s and never overlap."""
     name = next(iter(pages))

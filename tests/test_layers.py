@@ -20,7 +20,8 @@ LAYERS = [
     ("corpusforge.shards",),
     ("corpusforge.pipeline",),
     ("corpusforge.trainer",),
-    ("corpusforge.build", "corpusforge.report", "corpusforge.cli", "corpusforge.__main__"),
+    ("corpusforge.build", "corpusforge.report", "corpusforge.report_page", "corpusforge.progress", "corpusforge.config_reference",
+     "corpusforge.cli", "corpusforge.__main__"),
 ]
 OURS = ("corpusforge",) + tuple(FOLDERS)
 

@@ -11,6 +11,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from corpusforge.corpora.document import Document, make_id
 from corpusforge.config import NearDedupConfig
 from corpusforge.pipeline.near_dedup import NearDedup, on_wikipedia, wikipedia_removal
+from corpusforge.pipeline.steps import SpillDocuments
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +69,7 @@ def run_near_dedup(docs: list[Document], cfg: NearDedupConfig, tmp: Path, mode: 
     """Sorted rows ("kept", id) and (reason, id, detail) of a NearDedup run."""
     path = tmp / f"out-{mode}-{uuid.uuid4().hex}.txt"
     with beam.Pipeline(options=options(mode)) as p:
-        out = p | beam.Create(docs) | NearDedup(cfg)
+        out = p | beam.Create(docs) | SpillDocuments(str(tmp / f"spill-{uuid.uuid4().hex}"), cfg) | NearDedup(cfg)
         rows = (
             out.kept | "K" >> beam.Map(lambda d: f"kept\t{d.id}"),
             out.rejects | "R" >> beam.Map(lambda r: f"{r.reason}\t{r.id}\t{r.detail}"),
@@ -140,9 +141,13 @@ def test_wikipedia_removal_both_reasons(words, other_words, tmp_path):
     ]
     path = tmp_path / "wiki.txt"
     with beam.Pipeline(options=options()) as p:
-        out = wikipedia_removal(p | "Web" >> beam.Create(web), p | "Wiki" >> beam.Create(wiki))
+        cfg = NearDedupConfig()
+        spill = str(tmp_path / "spill")
+        out = wikipedia_removal(p | "Web" >> beam.Create(web) | "SpillWeb" >> SpillDocuments(spill, cfg),
+                                p | "Wiki" >> beam.Create(wiki) | "SpillWiki" >> SpillDocuments(spill, cfg), cfg)
+        titles = {d.id: d.title for d in web}
         rows = (
-            out.kept | "K" >> beam.Map(lambda d: f"kept\t{d.title}"),
+            out.kept | "K" >> beam.Map(lambda d: f"kept\t{titles[d.id]}"),
             out.rejects | "R" >> beam.Map(lambda r: f"{r.reason}\t{r.key}\t{r.detail}"),
         ) | beam.Flatten()
         write_sorted(rows, path)

@@ -77,9 +77,26 @@ def test_inspect_json_figures_on_known_masks(bert_dir):
     assert summary["nsp_random_next_fraction"] == pytest.approx(0.3)
     counts = summary["length_histogram"]["counts"]
     assert counts[8] == 5 and counts[15] == 5 and sum(counts) == 10
-    png = bert_dir / "length_histogram.png"
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert not list(bert_dir.glob("*.tmp-*"))
+
+
+def test_inspect_writes_nothing_into_the_shards_and_plots_only_where_asked(bert_dir, tmp_path):
+    before = sorted(p.name for p in bert_dir.iterdir())
+    assert runner.invoke(app, ["inspect", str(bert_dir)]).exit_code == 0
+    assert sorted(p.name for p in bert_dir.iterdir()) == before
+    plot = tmp_path / "plots" / "lengths.png"
+    plot.parent.mkdir()
+    result = runner.invoke(app, ["inspect", str(bert_dir), "--plot", str(plot)])
+    assert result.exit_code == 0 and f"histogram written to {plot}" in result.output
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and [p.name for p in plot.parent.iterdir()] == ["lengths.png"]
+    assert sorted(p.name for p in bert_dir.iterdir()) == before
+
+
+def test_histogram_has_a_title_and_a_log_count_axis():
+    from corpusforge.shards.inspect import length_histogram_figure
+
+    figure = length_histogram_figure({"counts": [1, 1000], "edges": [0, 8, 16]}, "BERT sequence lengths")
+    axes = figure.axes[0]
+    assert axes.get_title() == "BERT sequence lengths" and axes.get_yscale() == "log"
 
 
 def test_inspect_sampling_is_announced(bert_dir):
@@ -210,3 +227,57 @@ def test_shards_from_the_real_beam_pipeline_verify_inspect_and_stream(tmp_path, 
     loader = DataLoader(stream, batch_size=None, num_workers=2)
     rows = [tuple(row) for batch in loader for row in batch["input_ids"].tolist()]
     assert len(rows) == summary["examples"] - stream.dropped_per_epoch
+
+
+def test_inspect_points_build_and_document_folders_to_docs_inspect(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "out" / "documents").mkdir(parents=True)
+    pq.write_table(pa.table({"id": ["a"], "text": ["x"]}), tmp_path / "out" / "documents" / "part-00000-of-00001.parquet")
+    build = runner.invoke(app, ["inspect", str(tmp_path / "out")])
+    assert build.exit_code == 1 and f"is a build output folder: for its documents use `corpusforge docs inspect {tmp_path / 'out'}`" in build.output
+    documents = runner.invoke(app, ["verify", str(tmp_path / "out" / "documents")])
+    assert documents.exit_code == 1 and "not shards: use `corpusforge docs inspect" in documents.output
+
+
+def test_inspect_show_fails_before_printing_figures(bert_dir):
+    result = runner.invoke(app, ["inspect", str(bert_dir), "--show", "99"])
+    assert result.exit_code == 1 and "out of range" in result.output
+    assert "padding" not in result.output and "BERT shards" not in result.output
+
+
+def test_datasets_loads_the_shards_with_the_printed_command(bert_dir, tmp_path):
+    """``load_dataset("arrow", data_dir=...)`` would read manifest.json as Arrow; the data_files glob inspect prints works."""
+    import datasets
+
+    output = runner.invoke(app, ["inspect", str(bert_dir)]).output
+    glob = re.search(r'load_dataset\("arrow", data_files="([^"]+)", split="train"\)', output)[1]
+    loaded = datasets.load_dataset("arrow", data_files=glob, split="train", cache_dir=str(tmp_path / "cache"))
+    assert loaded.num_rows == 10 and loaded.column_names[0] == "input_ids"
+    stream = ShardStream(bert_dir, 10, world_size=1, seed=0, shuffle=False)
+    assert sorted(map(tuple, loaded["input_ids"])) == sorted(map(tuple, next(iter(stream))["input_ids"].tolist()))
+
+
+def test_moved_shards_keep_their_vocabulary_or_take_vocab(tmp_path, shared_data):
+    """The manifest names the vocabulary relative to the shard folder: moving both keeps it; moving the shards
+    alone fails verify with a hint, and --vocab repairs verify and --show."""
+    build = tmp_path / "build"
+    vocab_dir = build / "vocab"
+    vocab_dir.mkdir(parents=True)
+    shutil.copy(shared_data / "vocab" / "bert-base-uncased" / "vocab.txt", vocab_dir)
+    bert_tokenizer_json(vocab_dir / "vocab.txt", vocab_dir)
+    docs = [(f"doc-{i}", [f"{w} {WORDS[(i + j) % len(WORDS)]} sat on the mat ." for j, w in enumerate(WORDS)]) for i in range(6)]
+    write_bert_shards_from_sentences(pipeline_options(RunConfig()), docs, vocab_dir, build / "shards", BertConfig(dupe_factor=1), ShardsConfig(), 1)
+    assert json.loads((build / "shards" / "manifest.json").read_text())["vocab"]["path"] == "../vocab"
+
+    moved = Path(shutil.move(str(build), tmp_path / "moved"))
+    assert runner.invoke(app, ["verify", str(moved / "shards")]).exit_code == 0
+    alone = Path(shutil.copytree(moved / "shards", tmp_path / "elsewhere" / "deep" / "shards"))
+    lost = runner.invoke(app, ["verify", str(alone)])
+    assert lost.exit_code == 1 and "vocabulary missing (shards moved without it? pass --vocab DIR)" in lost.output
+    assert runner.invoke(app, ["verify", str(alone), "--vocab", str(moved / "vocab")]).exit_code == 0
+    no_vocab = runner.invoke(app, ["inspect", str(alone), "--show", "0"])
+    assert no_vocab.exit_code == 1 and "pass --vocab DIR" in no_vocab.output and "Traceback" not in no_vocab.output
+    shown = runner.invoke(app, ["inspect", str(alone), "--show", "0", "--vocab", str(moved / "vocab")])
+    assert shown.exit_code == 0 and "[CLS]" in shown.output

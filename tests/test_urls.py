@@ -52,15 +52,49 @@ def test_dump_merges_only_true_variants(dump_urls):
 def test_html_escaped_query_is_unescaped():
     cleaned = clean_url("http://today.reuters.com/x.aspx?type=internetNews&amp;storyid=2005-06-22T010114Z")
     assert cleaned is not None
-    assert cleaned.fetch == "http://today.reuters.com/x.aspx?storyid=2005-06-22T010114Z&type=internetNews"
+    assert cleaned.fetch == "http://today.reuters.com/x.aspx?type=internetNews&storyid=2005-06-22T010114Z"
+    assert clean_url("http://x.org/a?b=1&amp;amp;c=2").fetch == "http://x.org/a?b=1&c=2"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "submitted, fetched",
+    [  # real dump spellings whose servers read the query as written: slashes, bare keys, escapes, empty values
+        ("http://www.dnj.com/apps/pbcs.dll/article?AID=/20050702/NEWS01/507020302/1002", None),
+        ("http://www.japantimes.co.jp/cgi-bin/getarticle.pl5?nn20050703a2.htm", None),
+        ("http://www.nytimes.com/2005/07/01/business/01cnd-soft.html?hp&amp;ex=1120276800&amp;en=23acfbd830c2f31a"
+         "&amp;ei=5094&amp;partner=homepage",
+         "http://www.nytimes.com/2005/07/01/business/01cnd-soft.html?hp&ex=1120276800&en=23acfbd830c2f31a"
+         "&ei=5094&partner=homepage"),
+        ("http://www.marketwatch.com/news/story.asp?guid=%7B088411CD-622C-4960-9AFB-98E99BEF1CB7%7D&amp;siteid=google"
+         "&amp;dist=",
+         "http://www.marketwatch.com/news/story.asp?guid=%7B088411CD-622C-4960-9AFB-98E99BEF1CB7%7D&siteid=google&dist="),
+        ("http://www.wired.com/news/technology/0,1282,68015,00.html?twwn_2techhead?headline=When~Cockroaches~Sieze~Controls",
+         None),
+        ("https://www.xy.de/index.ssf?/base/news-3/1180.xml&amp;coll=1&thispage=23",
+         "https://www.xy.de/index.ssf?/base/news-3/1180.xml&coll=1&thispage=23"),
+    ],
+)
+def test_fetched_spelling_is_the_submitted_one(submitted, fetched):
+    """Only ``&amp;`` is undone; the key is canonical (sorted, escaped) but never what is fetched."""
+    cleaned = clean_url(submitted)
+    assert cleaned is not None
+    assert cleaned.fetch == (fetched or submitted)
+    assert canonical_url(cleaned.fetch) == cleaned.key
 
 
 def test_fetch_form_keeps_server_spelling():
-    cleaned = clean_url("HTTPS://WWW.Example.COM:443/a/b/../c/?utm_source=x&b=2&a=1#top")
+    cleaned = clean_url(" HTTPS://WWW.Example.COM:443/a/b/../c/?utm_source=x&b=2&a=1#top ")
     assert cleaned is not None
-    assert cleaned.fetch == "https://www.example.com/a/c/?a=1&b=2"
+    assert cleaned.fetch == "HTTPS://WWW.Example.COM:443/a/b/../c/?utm_source=x&b=2&a=1#top"
     assert cleaned.key == "http://example.com/a/c?a=1&b=2"
     assert cleaned.host == "www.example.com"
+    assert clean_url("www.example.com/x").fetch == "http://www.example.com/x"  # type: ignore[union-attr]
+
+
+def test_every_real_dump_url_is_fetched_as_submitted(dump_urls):
+    for url in dump_urls:
+        cleaned = clean_url(url)
+        assert cleaned is not None and cleaned.fetch == url.strip().replace("&amp;", "&")
 
 
 @pytest.mark.parametrize("bad", ["", "not a url", "ftp://example.com/file", "http://", "javascript:alert(1)", "mailto:a@b.c"])
@@ -108,6 +142,9 @@ def test_domain_blocklist_matches_parents_not_lookalikes():
     assert blocklist.blocked_domain("i.imgur.com") == "imgur.com"
     assert blocklist.blocked_domain("www.reddit.com") == "reddit.com"
     assert blocklist.blocked_domain("youtu.be") == "youtu.be"
+    assert blocklist.blocked_domain("gfycat.com") == "gfycat.com"
+    assert blocklist.blocked_domain("www.redgifs.com") == blocklist.blocked_domain("i.redgifs.com") == "redgifs.com"
+    assert blocklist.blocked_domain("www.pornhub.com") == "pornhub.com"
     assert blocklist.blocked_domain("notwikipedia.org") is None
     assert blocklist.blocked_domain("news.bbc.co.uk") is None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import tarfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from http_fixture import LocalServer, extract_pages
 
 from corpusforge.corpora.document import make_id
 from corpusforge.corpora.urls import canonical_url
-from corpusforge.corpora.warc import warc_files
+from corpusforge.corpora.warc import Capture, WarcFile, warc_files
 from corpusforge.config import Config
 from corpusforge.pipeline.webtext import build_webtext
 
@@ -64,6 +65,7 @@ def write_dumps(server: LocalServer, pages: dict[str, bytes], where: Path) -> tu
         submission("s1", server.url(f"/page/{names[4]}?sum=1"), 2),  # 2 + 2 >= 3 only when summed
         submission("s2", server.url(f"/page/{names[4]}/?sum=1"), 2),
         submission("k1", server.url(f"/page/{names[3]}?low=1"), 2),
+        submission("q1", server.url(f"/page/{names[1]}?/base/news-3/1180.xml&amp;coll=1&thispage=23")),  # as linked
     ]
     faults = {
         "/private/a": "robots_disallowed", "/to-metadata": "ssrf_blocked", "/to-private": "ssrf_blocked",
@@ -127,6 +129,9 @@ def test_webtext_job_online_then_offline(pages, tmp_path):
     assert len(documents) >= 6
     assert all("\n\n\n" not in d["text"] and d["source"] == "webtext" for d in documents)
     assert hits["/robots.txt"] == 1 and hits["/to-metadata"] == 1 and hits.get("/files/photo.jpg") is None
+    # fetched as submitted: slashes, bare key and parameter order intact, only "&amp;" undone
+    assert hits[f"/page/{names[1]}?/base/news-3/1180.xml&coll=1&thispage=23"] == 1
+    assert document_for(f"/page/{names[1]}?/base/news-3/1180.xml&coll=1&thispage=23")["text"]
 
     # second run: the server is gone, the WARCs answer; same documents, same rejects
     written = warc_files(warc_dir)
@@ -154,3 +159,50 @@ def test_offline_from_real_warcs_without_dumps(shared_data, tmp_path):
     assert "https://commoncrawl.org/faq" in urls
     assert all(d["meta"]["warc_record_id"].startswith("<urn:uuid:") and d["meta"]["timestamp"].startswith("2024-")
                for d in documents)
+
+
+def test_offline_replay_finds_captures_under_other_spellings(pages, tmp_path):
+    """Another crawler captured the pages under the spelling it saw; the dump links other spellings of the
+    same canonical URLs (parameter order, an empty parameter, a #fragment, "&amp;"): all replay."""
+    names = list(pages)[:3]
+    captured = [f"http://news.example.org/a/{names[0]}?b=2&a=1", f"http://news.example.org/b/{names[1]}?id=7&page=",
+                f"http://www.news.example.org/c/{names[2]}#comments"]
+    submitted = [f"http://news.example.org/a/{names[0]}?a=1&amp;b=2", f"http://news.example.org/b/{names[1]}?id=7&page",
+                 f"https://news.example.org/c/{names[2]}/"]
+    warc_dir = tmp_path / "warc"
+    with WarcFile(warc_dir / "foreign.warc.gz") as warc:
+        for url, name in zip(captured, names):
+            warc.write(Capture(url=url, final_url=url, status=200, headers=(("Content-Type", "text/html"),),
+                               body=pages[name]))
+    dump = tmp_path / "RS_2005-08.ndjson"
+    dump.write_text("\n".join(submission(f"o{i}", url) for i, url in enumerate(submitted)), encoding="utf-8")
+    cfg = Config.model_validate({"run": {"output_dir": str(tmp_path / "out")},
+                                 "webtext": {"dumps": [str(dump)], "offline": True, "warc_dir": str(warc_dir),
+                                             "extract": {"languages": [], "min_words": 30}}})
+    documents, rejects = run_job(cfg, tmp_path)
+    assert [r["reason"] for r in rejects if r["reason"] == "not_in_warc"] == []
+    assert sorted(d["url"] for d in documents) == sorted(captured)
+
+
+def test_description_lead_only_where_the_host_does_not_share_it(shared_data, tmp_path):
+    """wired's page lacks its visible standfirst in trafilatura's text. Captured once on one host it gets it
+    back as its lead; captured on two pages of another host, the shared description is the site's: no lead."""
+    with tarfile.open(shared_data / "html" / "trafilatura_eval" / "html_eval_and_cache.tar.xz", "r|xz") as archive:
+        page = next(archive.extractfile(m).read() for m in archive if m.name.endswith("/wired.com.burn.html"))
+    urls = ["http://alone.example.org/burn", "http://shared.example.org/a", "http://shared.example.org/b"]
+    warc_dir = tmp_path / "warc"
+    with WarcFile(warc_dir / "wired.warc.gz") as warc:
+        for url in urls:
+            warc.write(Capture(url=url, final_url=url, status=200, headers=(("Content-Type", "text/html"),), body=page))
+    settings = {"offline": True, "warc_dir": str(warc_dir), "extract": {"languages": ["en"]}}
+    runs = {}
+    for lead in (True, False):
+        cfg = Config.model_validate({"run": {"output_dir": str(tmp_path / f"out{lead}")},
+                                     "webtext": {**settings, "extract": {"lead_from_description": lead}}})
+        (tmp_path / f"run{lead}").mkdir()
+        documents, _ = run_job(cfg, tmp_path / f"run{lead}")
+        runs[lead] = {d["url"]: d["text"] for d in documents}
+    assert sorted(runs[True]) == sorted(runs[False]) == sorted(urls)
+    standfirst = "The computing power required for AI landmarks"
+    assert runs[True][urls[0]].startswith(standfirst) and runs[True][urls[0]].endswith(runs[False][urls[0]])
+    assert all(runs[True][url] == runs[False][url] and standfirst not in runs[True][url] for url in urls[1:])

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import bz2
 import pickle
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -143,17 +144,55 @@ def test_truncated_bz2_keeps_earlier_pages(enwiki: Path, enwiki_records: list[Do
     assert "EOFError" in records[-1].detail and records[-1].key == str(cut)
 
 
-def test_malformed_xml_keeps_earlier_pages(enwiki: Path, enwiki_records: list[Document | Reject], tmp_path: Path) -> None:
+def test_cut_plain_xml_keeps_earlier_pages(enwiki: Path, enwiki_records: list[Document | Reject], tmp_path: Path) -> None:
     xml = bz2.decompress(enwiki.read_bytes())
-    middle = xml.index(b"<page>", len(xml) // 2)
-    bad = tmp_path / "bad.xml"
-    bad.write_bytes(xml[:middle] + b"<page><title>Broken</tite></page>" + xml[middle:])
-    records = read_all(bad)
-    _assert_prefix_then_corrupt(records, enwiki_records, xml[:middle])
-    assert "ParseError" in records[-1].detail
     cut = tmp_path / "cut.xml"
     cut.write_bytes(xml[: len(xml) // 3])  # ends inside a page
     _assert_prefix_then_corrupt(read_all(cut), enwiki_records, xml[: len(xml) // 3])
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "bz2"])
+@pytest.mark.parametrize(
+    ("damage", "error"),
+    [
+        (lambda page: page.replace(b"<text", b"\x01<text", 1), "invalid token"),  # a character XML forbids
+        (lambda page: page.replace(b"</title>", b"</tite>", 1), "mismatched tag"),
+        (lambda page: page.replace(b"</revision>", b"", 1), "mismatched tag"),  # an element never closed
+    ],
+    ids=["invalid-char", "bad-end-tag", "unclosed"],
+)
+def test_damaged_page_is_one_reject_and_reading_resumes(
+    enwiki: Path, enwiki_records: list[Document | Reject], tmp_path: Path, compress: bool, damage, error: str
+) -> None:
+    """One broken page (page 104 of 206) is one ``malformed_xml`` reject; the 102 after it still read."""
+    xml = bz2.decompress(enwiki.read_bytes())
+    starts = [m.start() for m in re.finditer(b"<page>", xml)]
+    start, end = starts[103], starts[104]
+    bad = tmp_path / ("bad.xml.bz2" if compress else "bad.xml")
+    data = xml[:start] + damage(xml[start:end]) + xml[end:]
+    bad.write_bytes(bz2.compress(data) if compress else data)
+    counts: Counter[str] = Counter()
+    records = [x for r in plan_ranges(bad) for x in read_range(r, counts=counts)]
+    broken = records[103]
+    assert isinstance(broken, Reject) and broken.reason == "malformed_xml" and error in broken.detail
+    intact = enwiki_records[103]
+    assert broken.id == intact.id and broken.key == getattr(intact, "title", getattr(intact, "key", ""))
+    assert records[:103] + records[104:] == enwiki_records[:103] + enwiki_records[104:]
+    assert counts["inputs"] == len(records) == 206
+
+
+def test_damage_in_many_pages_and_after_the_last(enwiki: Path, enwiki_records: list[Document | Reject], tmp_path: Path) -> None:
+    xml = bz2.decompress(enwiki.read_bytes())
+    pages = xml.split(b"<page>")
+    broken = {3, 4, 100, 206}  # two in a row, and the last page
+    damaged = pages[0] + b"".join(b"<page>" + (p.replace(b"<title>", b"<title>\x02", 1) if i in broken else p)
+                                  for i, p in enumerate(pages[1:], start=1))
+    bad = tmp_path / "bad.xml"
+    bad.write_bytes(damaged)
+    records = read_all(bad)
+    assert [i for i, r in enumerate(records, start=1) if getattr(r, "reason", "") == "malformed_xml"] == sorted(broken)
+    assert [r for i, r in enumerate(records, start=1) if i not in broken] == [
+        r for i, r in enumerate(enwiki_records, start=1) if i not in broken]
 
 
 def test_truncated_multistream_reports_every_damaged_range(multistream: Path, tmp_path: Path) -> None:

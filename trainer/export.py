@@ -4,20 +4,23 @@ Our parameter names are nanoGPT's, so the mapping is a rename, a split of the fu
 projection (BERT) or a transpose into GPT-2's Conv1D [in, out] layout, and a slice of the embedding
 back to the tokenizer's real vocabulary (training pads it to a multiple of 64). Tied decoder weights
 are left out: transformers ties them to the input embedding on load.
+
+An export only ever writes into a missing or empty folder, or over a previous export with
+``force``: ``export.json`` lists what the export wrote, and a folder holding anything else is refused,
+so nothing the export did not write is ever deleted.
 """
 from __future__ import annotations
 
-import os
+import json
 import shutil
-import uuid
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-from tokenizers import Tokenizer
-from transformers import BertConfig, GPT2Config, PreTrainedTokenizerFast
+from transformers import BertConfig, GPT2Config
 
-from corpusforge.trainer.checkpoint import WEIGHTS_NAME, read_state, resolve_checkpoint
+from corpusforge.files import atomic_path, sha256_file, write_json_atomic
+from corpusforge.trainer.checkpoint import WEIGHTS_NAME, read_state, resolve_checkpoint, run_tokenizer
 from corpusforge.trainer.models import ModelConfig
 
 BERT_TOKENS = {"pad": "pad_token", "unk": "unk_token", "cls": "cls_token", "sep": "sep_token", "mask": "mask_token"}
@@ -111,28 +114,71 @@ def hf_config(cfg: ModelConfig, special_ids: dict[str, int]) -> BertConfig | GPT
     )
 
 
-def save_tokenizer(vocab: dict, family: str, out_dir: Path) -> None:
-    """The shards' tokenizer.json wrapped as a transformers fast tokenizer (tokenizer_config.json names the specials)."""
+def save_tokenizer(vocab: dict, family: str, out_dir: Path, max_length: int) -> None:
+    """The shards' tokenizer.json with a tokenizer_config.json that every transformers version reads.
+
+    The class is named explicitly (BertTokenizerFast / GPT2TokenizerFast: transformers 4.x resolves them,
+    5.x maps them to its unified classes), rather than what ``save_pretrained`` writes under 5.x
+    ("TokenizersBackend", unknown to 4.x). ``model_max_length`` is the model's position count; GPT-2
+    has no padding token of its own, so <|endoftext|> pads (the usual choice, and what our shards pad with).
+    """
+    tokenizer = run_tokenizer(vocab)
     path = Path(vocab["path"])
-    if path.is_dir():
-        path = path / "tokenizer.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: tokenizer file of the training shards not found")
-    tokenizer = Tokenizer.from_file(str(path))
+    path = path / "tokenizer.json" if path.is_dir() else path
     special = vocab["special_ids"]
     if family == "bert":
         names = {BERT_TOKENS[k]: tokenizer.id_to_token(i) for k, i in special.items() if k in BERT_TOKENS}
+        normalizer = json.loads(tokenizer.to_str())["normalizer"] or {}  # BertTokenizerFast rebuilds a normalizer that disagrees
+        settings = {"tokenizer_class": "BertTokenizerFast", "do_lower_case": normalizer.get("lowercase", False), "strip_accents": normalizer.get("strip_accents")}
     else:
         eot = tokenizer.id_to_token(special["eot"])
-        names = {"bos_token": eot, "eos_token": eot, "unk_token": eot}
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, **names).save_pretrained(str(out_dir))
+        names = {"bos_token": eot, "eos_token": eot, "unk_token": eot, "pad_token": eot}
+        settings = {"tokenizer_class": "GPT2TokenizerFast", "add_prefix_space": False}
+    tokenizer.save(str(out_dir / "tokenizer.json"))
+    config = {**settings, **names, "model_max_length": max_length, "clean_up_tokenization_spaces": False}
+    write_json_atomic(config, out_dir / "tokenizer_config.json")
+    write_json_atomic(names, out_dir / "special_tokens_map.json")
     for name in ("vocab.txt", "vocab.json", "merges.txt"):  # the slow tokenizers' files, when the vocab has them
         if (path.parent / name).is_file():
             shutil.copyfile(path.parent / name, out_dir / name)
 
 
-def export_hf(checkpoint: Path, out_dir: Path) -> Path:
-    """Write ``out_dir`` (config.json, model.safetensors, tokenizer files) atomically."""
+EXPORT_RECORD = "export.json"
+
+
+def check_target(out_dir: Path, force: bool) -> list[Path]:
+    """What an export into ``out_dir`` may replace: nothing, or (with ``force``) the files a previous export wrote.
+
+    Raises ValueError, naming a file, for a folder that is neither empty nor a previous export, or
+    that holds files the previous export did not write.
+    """
+    if not out_dir.exists():
+        return []
+    if not out_dir.is_dir():
+        raise ValueError(f"{out_dir}: exists and is not a folder")
+    present = sorted(p.name for p in out_dir.iterdir())
+    if not present:
+        return []
+    record = out_dir / EXPORT_RECORD
+    if not record.is_file():
+        raise ValueError(f"{out_dir}: not empty and not a previous export (holds {present[0]}); choose an empty or new folder")
+    if not force:
+        raise ValueError(f"{out_dir}: holds a previous export; pass --force to replace it")
+    written = set(read_json(record)["files"]) | {EXPORT_RECORD}
+    foreign = [name for name in present if name not in written]
+    if foreign:
+        raise ValueError(f"{out_dir / foreign[0]}: not written by the previous export; it is left alone, so the export is refused")
+    return [out_dir / name for name in present]
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def export_hf(checkpoint: Path, out_dir: Path, force: bool = False) -> Path:
+    """Write ``out_dir`` (config.json, model.safetensors, tokenizer files, export.json) whole or not at all."""
+    out_dir = Path(out_dir)
+    replaced = check_target(out_dir, force)
     ckpt = resolve_checkpoint(checkpoint)
     state = read_state(ckpt)
     cfg = ModelConfig(**state["model_config"])
@@ -142,14 +188,17 @@ def export_hf(checkpoint: Path, out_dir: Path) -> Path:
     tensors = bert_to_hf(weights, cfg) if cfg.family == "bert" else gpt_to_hf(weights, cfg)
     tensors = {name: t.contiguous().clone() for name, t in tensors.items()}
 
-    out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(f"{out_dir.name}.tmp-{uuid.uuid4().hex}")
-    tmp.mkdir()
-    save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    hf_config(cfg, state["vocab"]["special_ids"]).save_pretrained(str(tmp))
-    save_tokenizer(state["vocab"], cfg.family, tmp)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
+    with atomic_path(out_dir) as tmp:
+        tmp.mkdir()
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        hf_config(cfg, state["vocab"]["special_ids"]).save_pretrained(str(tmp))
+        save_tokenizer(state["vocab"], cfg.family, tmp, cfg.max_positions)
+        files = sorted(p.name for p in tmp.iterdir())
+        checkpoint_id = {"path": str(ckpt.resolve()), "step": state.get("step"), "sha256": sha256_file(ckpt / WEIGHTS_NAME)}
+        write_json_atomic({"files": files, "checkpoint": checkpoint_id}, tmp / EXPORT_RECORD)
+        for path in replaced:  # only a previous export's own files (check_target), then its emptied folder
+            path.unlink()
+        if out_dir.exists():
+            out_dir.rmdir()
     return out_dir

@@ -7,11 +7,12 @@ the MLM decoder, which only runs on the masked positions.
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from corpusforge.files import atomic_path
 
 # Dense bf16 peak, TFLOP/s, by substring of torch.cuda.get_device_name().
 PEAK_BF16_TFLOPS: dict[str, float] = {"H200": 989.0, "H100": 989.0, "A100": 312.0}
@@ -83,31 +84,36 @@ def read_log(path: Path) -> list[dict[str, Any]]:
 
 
 def plot_curves(metrics_path: Path, png_path: Path) -> Path:
-    """Loss and accuracy against step, one panel each, from the JSON-lines log."""
+    """Loss, accuracy and learning rate against step from the JSON-lines log: training lines, held-out points."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = [r for r in read_log(metrics_path) if r.get("split") == "train"]
-    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(11, 4))
-    for key in ("loss", "mlm_loss", "nsp_loss"):
-        points = [(r["step"], r[key]) for r in records if key in r]
-        if points:
-            loss_ax.plot(*zip(*points), label=key)
-    for key in ("mlm_accuracy", "nsp_accuracy", "accuracy"):
-        points = [(r["step"], r[key]) for r in records if key in r]
-        if points:
-            acc_ax.plot(*zip(*points), label=key)
-    loss_ax.set(xlabel="step", ylabel="loss", title="training loss")
-    acc_ax.set(xlabel="step", ylabel="accuracy", title="training accuracy", ylim=(0, 1))
-    for ax in (loss_ax, acc_ax):
+    records = read_log(metrics_path)
+    train = [r for r in records if r.get("split") == "train"]
+    held_out = [r for r in records if r.get("split") == "held_out"]
+    fig, (loss_ax, acc_ax, lr_ax) = plt.subplots(1, 3, figsize=(16, 4))
+    for ax, keys in ((loss_ax, ("loss", "mlm_loss", "nsp_loss")), (acc_ax, ("mlm_accuracy", "nsp_accuracy", "accuracy"))):
+        for key in keys:
+            points = [(r["step"], r[key]) for r in train if key in r]
+            if points:
+                (line,) = ax.plot(*zip(*points), label=f"train {key}")
+                held = [(r["step"], r[key]) for r in held_out if key in r]
+                if held:
+                    ax.plot(*zip(*held), "o--", color=line.get_color(), label=f"held-out {key}")
+    lr_points = [(r["step"], r["lr"]) for r in train if "lr" in r]
+    if lr_points:
+        lr_ax.plot(*zip(*lr_points), label="lr")
+    loss_ax.set(xlabel="step", ylabel="loss", title="loss")
+    acc_ax.set(xlabel="step", ylabel="accuracy", title="accuracy", ylim=(0, 1))
+    lr_ax.set(xlabel="step", ylabel="learning rate", title="learning rate (the rate each logged step used)")
+    for ax in (loss_ax, acc_ax, lr_ax):
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.get_lines():
+            ax.legend()
     fig.tight_layout()
-    png_path = Path(png_path)
-    tmp = png_path.with_name(f"{png_path.stem}.tmp-{uuid.uuid4().hex}.png")  # savefig picks the format from the suffix
-    fig.savefig(tmp, dpi=100)
+    with atomic_path(Path(png_path), suffix=".png") as tmp:  # savefig picks the format from the suffix
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
-    tmp.replace(png_path)
-    return png_path
+    return Path(png_path)

@@ -1,0 +1,167 @@
+"""What pre-training on our corpus buys on GLUE: fine-tune from our bert-mini and from random init.
+
+1. Builds BERT shards from the shared books (25 Gutenberg works) and the English Wikipedia excerpt
+   with ``corpusforge build`` (WordPiece vocabulary trained on that corpus).
+2. Pre-trains bert-mini on them on the CPU with ``corpusforge train`` for ``--pretrain-steps``
+   (the budget; its wall time is printed), evaluating the held-out tail along the way.
+3. Fine-tunes each task with ``corpusforge finetune`` from that checkpoint and with ``--random-init``
+   (same architecture and vocabulary) for each seed, and prints both side by side: per-seed figures,
+   mean, sample standard deviation, the gap in units of the larger spread, and the BERT-Mini reference
+   from the miniatures (Turc et al. 2019; full pre-training on BookCorpus + Wikipedia, full train set).
+
+  nice -n 10 .venv/bin/python bench/glue.py --work /tmp/glue_bench
+  .venv/bin/python bench/glue.py --work /tmp/glue_bench --pretrain-steps 200 --tasks sst2 --max-train-examples 2000 --epochs 2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from corpusforge.shards.reader import read_manifest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+CLI = [str(Path(sys.executable).parent / "corpusforge")]  # the console script beside this interpreter
+THREADS = 1  # one thread per command: on a shared 2-core machine a second OpenMP thread mostly spins
+REFERENCE = {"sst2": ("accuracy", 0.859), "cola": ("mcc", 0.0), "mrpc": ("f1", 0.0)}  # BERT-Mini dev, Turc et al. 2019
+REFERENCE_NOTE = {"sst2": "85.9 (BERT-Mini, miniatures)", "cola": "n/a (miniatures report GLUE test only)", "mrpc": "n/a"}
+
+
+def run(command: list[str], log: Path) -> float:
+    """Run a corpusforge command, its output appended to ``log``; returns the wall seconds."""
+    started = time.perf_counter()
+    with open(log, "a", encoding="utf-8") as handle:
+        handle.write(f"$ {' '.join(command)}\n")
+        handle.flush()
+        done = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": str(THREADS)})
+    if done.returncode:
+        raise SystemExit(f"failed ({done.returncode}): {' '.join(command)}; see {log}")
+    return time.perf_counter() - started
+
+
+def build_shards(work: Path, args: argparse.Namespace, log: Path) -> Path:
+    shards = work / "corpus" / "shards" / "bert"
+    if (shards / "manifest.json").is_file():
+        return shards
+    config = work / "glue_bench.toml"
+    config.write_text(
+        f"""[run]
+output_dir = "{work / 'corpus'}"
+stages = ["books", "wikipedia", "clean", "dedup", "documents", "vocab", "bert"]
+seed = 12345
+
+[books]
+paths = ["{SHARED / 'books' / 'en'}"]
+
+[wikipedia]
+paths = ["{SHARED / 'wikipedia' / 'enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2'}"]
+
+[clean]
+min_words = 20
+language = "en"
+
+[vocab]
+kinds = ["wordpiece"]
+wordpiece_vocab_size = {args.vocab_size}
+
+[bert]
+max_seq_length = {args.seq_len}
+max_predictions_per_seq = {max(2, round(args.seq_len * 0.15))}
+dupe_factor = {args.dupe_factor}
+""",
+        encoding="utf-8",
+    )
+    seconds = run([*CLI, "build", str(config)], log)
+    print(f"built shards in {seconds:.0f} s: {shards}", flush=True)
+    return shards
+
+
+def pretrain(shards: Path, work: Path, args: argparse.Namespace, log: Path) -> tuple[Path, float]:
+    run_dir = work / "pretrain"
+    if (run_dir / "eval.json").is_file():
+        return run_dir, float("nan")
+    seconds = run([
+        *CLI, "train", "--shards", str(shards), "--out", str(run_dir), "--model", "bert-mini",
+        "--steps", str(args.pretrain_steps), "--batch-size", str(args.pretrain_batch), "--lr", str(args.pretrain_lr),
+        "--warmup-steps", str(max(1, args.pretrain_steps // 10)), "--eval-every", str(max(1, args.pretrain_steps // 4)), "--set", "train.num_workers=0",
+        "--set", f"train.checkpoint_every={args.pretrain_steps}", "--set", "train.log_every=25",
+    ], log)
+    return run_dir, seconds
+
+
+def finetune(checkpoint: Path, task: str, seed: int, random_init: bool, work: Path, args: argparse.Namespace, log: Path) -> dict:
+    out = work / "finetune" / f"{task}-{'random' if random_init else 'pretrained'}-seed{seed}"
+    if not (out / "results.json").is_file():
+        command = [
+            *CLI, "finetune", str(checkpoint), "--task", task, "--glue-dir", str(SHARED / "glue"), "--out", str(out),
+            "--epochs", str(args.epochs), "--seed", str(seed), "--max-seq-length", str(args.seq_len), "--lr", str(args.lr),
+        ]
+        if args.max_train_examples:
+            command += ["--max-train-examples", str(args.max_train_examples)]
+        run(command + (["--random-init"] if random_init else []), log)
+    return json.loads((out / "results.json").read_text(encoding="utf-8"))
+
+
+def spread(values: list[float]) -> tuple[float, float]:
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/glue_bench"))
+    parser.add_argument("--tasks", default="sst2,cola")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--vocab-size", type=int, default=8192)
+    parser.add_argument("--seq-len", type=int, default=64)
+    parser.add_argument("--dupe-factor", type=int, default=2)
+    parser.add_argument("--pretrain-steps", type=int, default=1000)
+    parser.add_argument("--pretrain-batch", type=int, default=32)
+    parser.add_argument("--pretrain-lr", type=float, default=1e-3)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--max-train-examples", type=int, default=2000)
+    args = parser.parse_args()
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    log = args.work / "commands.log"
+    shards = build_shards(args.work, args, log)
+    manifest = read_manifest(shards)
+    run_dir, pretrain_seconds = pretrain(shards, args.work, args, log)
+    held_out = json.loads((run_dir / "eval.json").read_text(encoding="utf-8"))
+    tokens = args.pretrain_steps * args.pretrain_batch * args.seq_len
+    print(f"corpus: {manifest.examples:,} BERT examples of {args.seq_len} tokens, WordPiece {manifest.vocab.size:,}; "
+          f"pre-training: bert-mini, {args.pretrain_steps} steps x {args.pretrain_batch} ({tokens / 1e6:.1f}M tokens, "
+          f"{args.pretrain_steps * args.pretrain_batch / manifest.examples:.2f} epochs) in {pretrain_seconds / 60:.1f} min on CPU; "
+          f"held-out MLM accuracy {held_out['mlm_accuracy']:.3f}, NSP accuracy {held_out['nsp_accuracy']:.3f}", flush=True)
+    print(f"fine-tuning: {args.max_train_examples or 'all'} training examples, {args.epochs} epochs, lr {args.lr}, batch 32, "
+          f"max length {args.seq_len}, seeds 0..{args.seeds - 1}; figure = dev metric after the last epoch", flush=True)
+
+    header = f"{'task':6} {'metric':8} {'init':11} {'per seed':26} {'mean':>7} {'std':>6}"
+    rows = [header, "-" * len(header)]
+    for task in args.tasks.split(","):
+        figures = {}
+        for random_init in (False, True):
+            values = [finetune(run_dir, task, seed, random_init, args.work, args, log)["dev"] for seed in range(args.seeds)]
+            figures[random_init] = values
+            mean, std = spread(values)
+            metric = REFERENCE[task][0]
+            rows.append(f"{task:6} {metric:8} {'random' if random_init else 'pretrained':11} "
+                        f"{' '.join(f'{v:.4f}' for v in values):26} {mean:7.4f} {std:6.4f}")
+            print(rows[-1], flush=True)
+        (pre_mean, pre_std), (rnd_mean, rnd_std) = spread(figures[False]), spread(figures[True])
+        gap = pre_mean - rnd_mean
+        rows.append(f"{task:6} gain of pre-training: {gap:+.4f} = {gap / max(pre_std, rnd_std, 1e-9):+.1f} x the larger std; "
+                    f"reference: {REFERENCE_NOTE[task]}"
+                    + (f"; ours/reference {pre_mean / REFERENCE[task][1]:.3f}" if REFERENCE[task][1] else ""))
+        print(rows[-1], flush=True)
+    print("\n".join(["", *rows]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""Documents spilled once to disk, so only small references travel through the documents job's shuffles.
+
+Each read task (a book file, a Wikipedia byte range, a batch of WebText pages) writes its cleaned
+documents to one Arrow IPC file named after the task (a retried task replaces its own file) and
+emits a ``DocRef`` per document: id, sizes, the exact-dedup key and the MinHash band keys. Exact and
+near dedup and Wikipedia removal decide which ids survive from these alone; texts are read back
+only to verify candidate pairs. The final pass scatters each spill file's survivors into per-part
+files and writes each part sorted by id, so a worker holds one part at a time, never the corpus.
+
+Workers must share the filesystem of the spill folder (as they share ``run.output_dir``).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from corpusforge.config import NearDedupConfig
+from corpusforge.corpora.clean import dedup_key
+from corpusforge.corpora.document import META_FIELDS, Document
+from corpusforge.corpora.minhash import MinHasher, band_keys, lsh_params
+from corpusforge.pipeline.documents_io import DOCUMENT_SCHEMA, documents_table
+
+SPILL_BATCH_BYTES = 8 << 20  # text per record batch: the unit read back to verify a candidate pair
+
+
+@dataclass(frozen=True, slots=True)
+class DocRef:
+    """What the dedup shuffles carry instead of a document: a few hundred bytes, whatever the text size."""
+
+    id: str
+    source: str
+    key: str  # url or title, for reject records
+    url: str
+    nbytes: int  # UTF-8 bytes of the text: sizes the output parts
+    chars: int  # characters: near-dup clusters keep the longest text
+    text_key: str  # exact-dedup key of the normalised text
+    bands: tuple[bytes, ...]  # MinHash LSH band keys (empty when near-dedup is off)
+    spill: str  # spill file path
+    row: int  # row in the spill file
+
+
+def write_spill(path: Path, docs: list[Document]) -> None:
+    """The task's documents as one Arrow IPC file (batches of ~``SPILL_BATCH_BYTES``), written atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, DOCUMENT_SCHEMA) as writer:
+        batch: list[Document] = []
+        size = 0
+        for doc in docs:
+            batch.append(doc)
+            size += len(doc.text)
+            if size >= SPILL_BATCH_BYTES:
+                writer.write_table(_rows_table(batch))
+                batch, size = [], 0
+        if batch or not docs:
+            writer.write_table(_rows_table(batch))
+    os.replace(tmp, path)
+
+
+def _rows_table(docs: list[Document]) -> pa.Table:
+    """Documents in the given order (``documents_table`` sorts; a spill file keeps its row numbers)."""
+    return pa.Table.from_pydict(
+        {
+            "id": [d.id for d in docs],
+            "source": [d.source for d in docs],
+            "title": [d.title for d in docs],
+            "url": [d.url for d in docs],
+            "text": [d.text for d in docs],
+            "meta": [{name: d.meta.get(name) for name in META_FIELDS} for d in docs],
+        },
+        schema=DOCUMENT_SCHEMA,
+    )
+
+
+def _batches(path: str) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(first row, batch) of a spill file, read batch by batch (plain reads, not a memory map:
+    mapped pages would count toward the worker's resident memory)."""
+    with pa.OSFile(path, "rb") as source:
+        reader = pa.ipc.open_file(source)
+        first = 0
+        for index in range(reader.num_record_batches):
+            batch = reader.get_batch(index)
+            yield first, batch
+            first += batch.num_rows
+
+
+def load_texts(refs: Iterable[DocRef]) -> dict[str, str]:
+    """id -> text of the referenced documents, reading only the batches that hold them."""
+    rows_by_file: defaultdict[str, dict[int, str]] = defaultdict(dict)
+    for ref in refs:
+        rows_by_file[ref.spill][ref.row] = ref.id
+    texts: dict[str, str] = {}
+    for path, rows in rows_by_file.items():
+        wanted = sorted(rows)
+        for first, batch in _batches(path):
+            inside = [row for row in wanted if first <= row < first + batch.num_rows]
+            if inside:
+                column = batch.column("text")
+                for row in inside:
+                    texts[rows[row]] = column[row - first].as_py()
+    return texts
+
+
+def scatter(path: str, kept: Iterable[tuple[int, int]], out_dir: Path) -> list[tuple[int, str]]:
+    """Copy the kept rows ``(row, part)`` of one spill file into one file per part; returns (part, file)."""
+    part_of_row = dict(kept)
+    name = Path(path).stem
+    pieces: defaultdict[int, list[pa.Table]] = defaultdict(list)
+    for first, batch in _batches(path):
+        rows = [r for r in range(first, first + batch.num_rows) if r in part_of_row]
+        if not rows:
+            continue
+        taken = pa.Table.from_batches([batch]).take(pa.array([r - first for r in rows], type=pa.int64()))
+        parts = pa.array([part_of_row[r] for r in rows], type=pa.int32())
+        for part in sorted(set(parts.to_pylist())):
+            pieces[part].append(taken.filter(pc.equal(parts, part)))
+    written = []
+    for part, tables in sorted(pieces.items()):
+        target = out_dir / f"{part:05d}" / f"{name}.arrow"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f"{target.name}.tmp-{uuid.uuid4().hex}")
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, DOCUMENT_SCHEMA) as writer:
+            for table in tables:
+                writer.write_table(table)
+        os.replace(tmp, target)
+        written.append((part, str(target)))
+    return written
+
+
+def gather_part(paths: Iterable[str]) -> pa.Table:
+    """One part from its scattered pieces, sorted by id: the bytes do not depend on how it was scattered."""
+    tables = []
+    for path in sorted(paths):
+        with pa.OSFile(path, "rb") as source:
+            tables.append(pa.ipc.open_file(source).read_all())
+    if not tables:
+        return documents_table([])
+    return pa.concat_tables(tables).sort_by("id").combine_chunks()
+
+
+class RefMaker:
+    """Spills a task's documents and describes each by a ``DocRef`` (the MinHash signature is computed
+    here, while the text is at hand, and only its band keys travel on)."""
+
+    def __init__(self, near: NearDedupConfig | None) -> None:
+        self.near = near
+        if near is not None:
+            self.hasher = MinHasher(near.num_perm, near.seed, near.ngram, base_hash=near.base_hash)
+            self.bands, self.rows = banding(near)
+
+    def band_keys(self, text: str) -> tuple[bytes, ...]:
+        """Band index + 8-byte digest of the band: candidates are verified, so digest collisions only cost a check."""
+        if self.near is None:
+            return ()
+        keys = band_keys(self.hasher.signature(text), self.bands, self.rows)
+        return tuple(key[:2] + hashlib.blake2b(key[2:], digest_size=8).digest() for key in keys)
+
+    def spill(self, path: Path, docs: list[Document]) -> list[DocRef]:
+        write_spill(path, docs)
+        return [
+            DocRef(doc.id, doc.source, doc.url or doc.title, doc.url, len(doc.text.encode("utf-8")), len(doc.text),
+                   dedup_key(doc.text), self.band_keys(doc.text), str(path), row)
+            for row, doc in enumerate(docs)
+        ]
+
+
+def banding(cfg: NearDedupConfig) -> tuple[int, int]:
+    """(bands, rows) from the configuration, or datasketch's optimum for its threshold."""
+    if cfg.bands and cfg.rows:
+        if cfg.bands * cfg.rows > cfg.num_perm:
+            raise ValueError(f"bands x rows = {cfg.bands * cfg.rows} exceeds num_perm = {cfg.num_perm}")
+        return cfg.bands, cfg.rows
+    return lsh_params(cfg.threshold, cfg.num_perm, 1.0 - cfg.false_negative_weight, cfg.false_negative_weight)

@@ -1,0 +1,128 @@
+"""The documents job at scale: only references travel, parts are sized by bytes, a lost record fails the
+build, and a 20 MB corpus gives identical bytes on every runner with a small Dask launcher."""
+from __future__ import annotations
+
+import hashlib
+import math
+import pickle
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import fields
+from pathlib import Path
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+from corpusforge.build import run_build
+from corpusforge.config import load_config
+from corpusforge.corpora.document import AccountingError
+from corpusforge.pipeline.document_spill import DocRef
+from corpusforge.pipeline.documents_io import output_files
+
+sys.path.insert(0, str(Path(__file__).parent))
+from corpus_factory import make_books  # noqa: E402
+
+DOCS_ONLY = 'run.stages=["books","clean","dedup","near_dedup","documents"]'
+
+
+def build(out: Path, books: Path, *overrides: str):
+    return run_build(load_config(None, [f'books.paths=["{books}"]', f'run.output_dir="{out}"', DOCS_ONLY, *overrides]))
+
+
+def digests(out: Path) -> dict[str, str]:
+    return {f"{p.parent.name}/{p.name}": hashlib.sha256(p.read_bytes()).hexdigest() for sub in ("documents", "rejects") for p in output_files(out / sub)}
+
+
+@pytest.fixture(scope="module")
+def small_books(tmp_path_factory, shared_data: Path) -> Path:
+    books = tmp_path_factory.mktemp("books")
+    make_books(shared_data / "books", books, 600_000, book_bytes=40_000, seed=1)
+    return books
+
+
+def test_references_carry_no_text(small_books: Path, tmp_path: Path) -> None:
+    """What the dedup shuffles carry is bounded whatever the document size."""
+    assert "text" not in {f.name for f in fields(DocRef)}
+    from corpusforge.config import NearDedupConfig
+    from corpusforge.corpora.document import Document
+    from corpusforge.pipeline.document_spill import RefMaker
+
+    huge = Document("x" * 20, "books", "t", "word " * 400_000)  # 2 MB of text
+    (ref,) = RefMaker(NearDedupConfig()).spill(tmp_path / "spill.arrow", [huge])
+    assert len(pickle.dumps(ref)) < 1_000 < len(huge.text)
+
+
+def test_parts_are_sized_by_bytes(small_books: Path, tmp_path: Path) -> None:
+    part_bytes = 100_000
+    result = build(tmp_path / "out", small_books, 'run.direct_running_mode="in_memory"', f"run.part_bytes={part_bytes}")
+    parts = output_files(tmp_path / "out" / "documents")
+    total = sum(s.bytes for s in result.stats.values())
+    assert len(parts) == math.ceil(total / part_bytes) > 3
+    assert all(p.name.endswith(f"-of-{len(parts):05d}.parquet") for p in parts)
+    ids = [i for p in parts for i in pq.read_table(p, columns=["id"])["id"].to_pylist()]
+    assert len(ids) == len(set(ids)) == result.stats["books"].documents
+    for part in parts:
+        part_ids = pq.read_table(part, columns=["id"])["id"].to_pylist()
+        assert part_ids == sorted(part_ids)
+
+
+def test_a_record_lost_after_reading_fails_the_build(small_books: Path, tmp_path: Path, monkeypatch) -> None:
+    """Books are counted where the files are listed: a reader that loses one fails the accounting."""
+    import corpusforge.build as build_module
+
+    real = build_module.read_book_task
+
+    def lossy(task, counts):
+        return [] if task[0].endswith("book-00003.txt") else real(task, counts)
+
+    monkeypatch.setattr(build_module, "read_book_task", lossy)
+    with pytest.raises(AccountingError, match="books"):
+        build(tmp_path / "out", small_books, 'run.direct_running_mode="in_memory"')
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_20mb_identical_on_every_runner_with_a_small_dask_launcher(tmp_path_factory, shared_data: Path) -> None:
+    books = tmp_path_factory.mktemp("books20")
+    make_books(shared_data / "books", books, 20 << 20, seed=20)
+    work = tmp_path_factory.mktemp("runs")
+    in_memory = build(work / "in_memory", books, 'run.direct_running_mode="in_memory"')
+    assert in_memory.stats["books"].documents >= 20
+    build(work / "multi", books, 'run.direct_running_mode="multi_processing"', "run.direct_num_workers=2")
+
+    port, bin_dir = free_port(), Path(sys.executable).parent
+    cluster = [subprocess.Popen([str(bin_dir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"])]
+    time.sleep(3)
+    cluster += [subprocess.Popen([str(bin_dir / "dask"), "worker", f"127.0.0.1:{port}", "--nthreads", "1", "--no-dashboard"]) for _ in range(2)]
+    me, peak, done = psutil.Process(), [0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], me.memory_info().rss)
+            time.sleep(0.1)
+
+    try:
+        time.sleep(5)
+        before = me.memory_info().rss
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        build(work / "dask", books, 'run.runner="DaskRunner"', f'run.beam_args=["--dask_client_address=127.0.0.1:{port}"]')
+        done.set()
+        watcher.join()
+    finally:
+        for proc in cluster:
+            proc.terminate()
+            proc.wait()
+    reference = digests(work / "in_memory")
+    assert reference and digests(work / "multi") == reference and digests(work / "dask") == reference
+    # the launcher only builds the graph: it grows by far less than the corpus it sends through the workers
+    assert peak[0] - before < 300 << 20, f"launcher grew {(peak[0] - before) >> 20} MB"
