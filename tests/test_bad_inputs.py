@@ -197,6 +197,7 @@ def test_cli_names_a_wrong_format_dump_in_one_line(tmp_path: Path, july: bytes) 
         "--set", "webtext.offline=true", "--set", f"run.output_dir={json.dumps(str(tmp_path / 'out'))}"])
     assert outcome.exit_code == 2, outcome.output
     message = " ".join(outcome.output.split())  # rich wraps the one line at the terminal width
+    message = message[message.index("error: "):]  # after the piped progress lines (stage started / FAILED)
     assert message.startswith(f"error: {path}: none of its") and message.endswith("or plain NDJSON"), message
     assert "Traceback" not in outcome.output
 

@@ -155,7 +155,7 @@ def test_reads_shards_written_by_the_real_writer(tmp_path):
         "format_version": 1,
         "task": "gpt",
         "params": {"seq_len": 16},
-        "vocab": {"kind": "bpe", "path": "tokenizer.json", "sha256": "", "size": 70000, "special_ids": {"eot": 50256}},
+        "vocab": {"kind": "bpe", "path": str(tmp_path / "tokenizer.json"), "sha256": "", "size": 70000, "special_ids": {"eot": 50256}},
         "schema": {"seq_len": 16, "id_type": "int32"},
     }
     batches = [record_batch(schema, {k: v[i : i + 20] for k, v in columns.items()}) for i in range(0, 50, 20)]
