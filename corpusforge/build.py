@@ -150,7 +150,7 @@ def run_vocab(cfg: Config, result: BuildResult, plan: Plan, made: dict[str, Any]
     result.artifacts["vocab"] = dirs
     outputs = describe_outputs(out, [path for directory in dirs.values() for path in files_under(directory)])
     digests = {kind: vocab_sha256(directory) for kind, directory in dirs.items()}
-    return Marker("vocab", fingerprint(made), made, outputs, digests, {"vocab": {kind: str(d) for kind, d in dirs.items()}})
+    return Marker("vocab", fingerprint(made), made, outputs, digests, {"vocab": {kind: d.relative_to(out).as_posix() for kind, d in dirs.items()}})
 
 
 def run_shards(task: str, cfg: Config, result: BuildResult, plan: Plan, made: dict[str, Any]) -> Marker:
@@ -158,7 +158,7 @@ def run_shards(task: str, cfg: Config, result: BuildResult, plan: Plan, made: di
 
     out = plan.out
     folder = out / "shards" / task
-    vocab = Path(plan.markers["vocab"].data["vocab"]["wordpiece" if task == "bert" else "bpe"])
+    vocab = out / plan.markers["vocab"].data["vocab"]["wordpiece" if task == "bert" else "bpe"]
     if task == "bert":
         manifest = write_bert_shards(pipeline_options(cfg.run), output_files(out / "documents"), vocab, folder, cfg.bert, cfg.shards, cfg.run.seed)
     else:
@@ -182,7 +182,7 @@ def reuse(stage: str, marker: Marker, result: BuildResult, out: Path) -> None:
     if stage == "documents":
         reuse_documents(marker, result)
     elif stage == "vocab":
-        result.artifacts["vocab"] = {kind: Path(path) for kind, path in marker.data["vocab"].items()}
+        result.artifacts["vocab"] = {kind: out / path for kind, path in marker.data["vocab"].items()}
     elif stage in ("bert", "gpt"):
         result.artifacts[stage] = json.loads((out / "shards" / stage / "manifest.json").read_text(encoding="utf-8"))
     else:
