@@ -54,6 +54,11 @@ def input_files(cfg: Config, stages: Iterable[str]) -> list[Path]:
         files += [Path(p) for p in [*cfg.wikipedia.paths, *cfg.wikipedia.index_paths]]
     if "webtext" in stages:
         files += [Path(p) for p in cfg.webtext.dumps]
+        if cfg.webtext.offline:  # the captures are then inputs; online, the stage itself adds to them
+            from corpusforge.corpora.warc import warc_files
+            from corpusforge.pipeline.webtext import warc_dir_of
+
+            files += warc_files(warc_dir_of(cfg))
     return files
 
 
