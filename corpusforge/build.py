@@ -168,12 +168,27 @@ def run_shards(task: str, cfg: Config, result: BuildResult, plan: Plan, made: di
 
 
 def run_train(cfg: Config, result: BuildResult, plan: Plan, made: dict[str, Any]) -> Marker:
+    """Train; a run killed part way with this same fingerprint continues from its newest checkpoint."""
+    from corpusforge.trainer.checkpoint import resolve_checkpoint
     from corpusforge.trainer.loop import train
     from corpusforge.trainer.sizes import get_size
 
     family = get_size(cfg.train.model).family
     run_dir = plan.out / "train" / cfg.train.model
-    evaluation = train(cfg.train.model_copy(update={"task": family}), plan.out / "shards" / family, run_dir)
+    started = plan.out / MARKERS_DIR / "train.started.json"
+    same = started.is_file() and json.loads(started.read_text(encoding="utf-8")).get("fingerprint") == fingerprint(made)
+    resume = None
+    if same and plan.reasons["train"] != "--force":
+        try:
+            resolve_checkpoint(run_dir)
+            resume = run_dir  # the trainer picks its newest checkpoint
+        except FileNotFoundError:
+            pass
+    if resume is not None:
+        plan.reasons["train"] += "; continued from its newest checkpoint"
+    write_json_atomic({"fingerprint": fingerprint(made)}, started)
+    evaluation = train(cfg.train.model_copy(update={"task": family}), plan.out / "shards" / family, run_dir, resume=resume)
+    started.unlink()
     result.artifacts["train"] = evaluation
     return Marker("train", fingerprint(made), made, describe_outputs(plan.out, files_under(run_dir)), {}, {"eval": evaluation})
 

@@ -237,3 +237,18 @@ def test_small_vocabulary_and_zero_examples_are_warnings(finished: Path) -> None
     assert "gpt: 0 examples written (no document is long enough to make one)" in result.warnings
     assert any(w.startswith("vocab: the wordpiece vocabulary has") and "under 10% of the 30,522 asked" in w for w in result.warnings)
     assert json.loads((finished / "manifest.json").read_text())["warnings"] == result.warnings
+
+
+def test_killed_training_continues_from_its_newest_checkpoint(finished: Path) -> None:
+    train = ['run.stages=["books","wikipedia","clean","dedup","near_dedup","documents","vocab","bert","gpt","train"]',
+             'train.model="bert-tiny"', "train.steps=40", "train.checkpoint_every=2", "train.batch_size=4", "train.num_workers=0",
+             "train.eval_batches=1", "train.log_every=1"]
+    run_dir = finished / "train" / "bert-tiny"
+    _kill_when(_start(finished, *train), lambda: (run_dir / "checkpoints" / "step-00000004").is_dir())
+    result = _build(finished, *train)
+    assert result.reused == ALL
+    assert result.ran == {"train": "no earlier result; continued from its newest checkpoint"}
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in records if r["split"] == "train"]
+    assert steps.count(1) == 1 and max(steps) == 40, steps  # the killed run's steps are not trained again
+    assert _build(finished, *train).reused == [*ALL, "train"]
