@@ -159,10 +159,8 @@ def run_shards(task: str, cfg: Config, result: BuildResult, plan: Plan, made: di
     out = plan.out
     folder = out / "shards" / task
     vocab = out / plan.markers["vocab"].data["vocab"]["wordpiece" if task == "bert" else "bpe"]
-    if task == "bert":
-        manifest = write_bert_shards(pipeline_options(cfg.run), output_files(out / "documents"), vocab, folder, cfg.bert, cfg.shards, cfg.run.seed)
-    else:
-        manifest = write_gpt_shards(pipeline_options(cfg.run), output_files(out / "documents"), vocab, folder, cfg.gpt, cfg.shards, cfg.run.seed)
+    write, params = (write_bert_shards, cfg.bert) if task == "bert" else (write_gpt_shards, cfg.gpt)
+    manifest = write(pipeline_options(cfg.run), output_files(out / "documents"), vocab, folder, params, cfg.shards, cfg.run.seed)
     result.artifacts[task] = manifest
     return Marker(task, fingerprint(made), made, describe_outputs(out, files_under(folder)), {task: sha256_file(folder / "manifest.json")})
 
@@ -178,7 +176,7 @@ def run_train(cfg: Config, result: BuildResult, plan: Plan, made: dict[str, Any]
     started = plan.out / MARKERS_DIR / "train.started.json"
     same = started.is_file() and json.loads(started.read_text(encoding="utf-8")).get("fingerprint") == fingerprint(made)
     resume = None
-    if same and plan.reasons["train"] != "--force":
+    if same and not plan.force:
         try:
             resolve_checkpoint(run_dir)
             resume = run_dir  # the trainer picks its newest checkpoint

@@ -25,6 +25,7 @@ VOCAB_KINDS = {"bert": "wordpiece", "gpt": "bpe"}
 class Plan:
     out: Path
     requested: list[str]  # in pipeline order
+    force: bool = False
     reasons: dict[str, str] = field(default_factory=dict)  # stage that runs -> why
     reused: list[str] = field(default_factory=list)
     markers: dict[str, Marker] = field(default_factory=dict)  # stages reused, made or needed in this build
@@ -90,7 +91,7 @@ def how_to_run(stage: str) -> str:
 def plan_build(cfg: Config, force: bool = False) -> Plan:
     """Decide every stage; raises ``PrerequisiteError`` for a needed stage that is missing or stale."""
     out = cfg.run.output_dir.resolve()
-    plan = Plan(out, requested_stages(cfg))
+    plan = Plan(out, requested_stages(cfg), force)
     needed = set(plan.requested)
     for stage in reversed(STAGES):
         if stage in needed:
@@ -98,7 +99,7 @@ def plan_build(cfg: Config, force: bool = False) -> Plan:
     for stage in (s for s in STAGES if s in needed):
         users = [s for s in plan.requested if stage in {name for name, _ in upstream(s, cfg)}] or [stage]
         if stage in plan.requested:
-            _decide(stage, cfg, plan, force)
+            _decide(stage, cfg, plan)
         else:
             _require(stage, users[0], cfg, plan)
     for stage, kind in VOCAB_KINDS.items():
@@ -107,11 +108,11 @@ def plan_build(cfg: Config, force: bool = False) -> Plan:
     return plan
 
 
-def _decide(stage: str, cfg: Config, plan: Plan, force: bool) -> None:
+def _decide(stage: str, cfg: Config, plan: Plan) -> None:
     previous = read_marker(plan.out, stage)
     rerun_upstream = [name for name, _ in upstream(stage, cfg) if plan.runs(name)]
     current = None if rerun_upstream else made_from(stage, cfg, plan, previous)  # documents: inputs described now, before they are read
-    if force:
+    if plan.force:
         reason = "--force"
     elif previous is None:
         reason = "no earlier result"

@@ -126,7 +126,7 @@ def documents_stages(stages: list[str]) -> list[str]:
 def config_view(stage: str, cfg: Config, documents: list[str]) -> dict[str, Any]:
     """The configuration a stage reads (``documents``: the source and filter stages it runs)."""
     if stage == "documents":
-        sections = [s for s in documents if s != "dedup" or cfg.dedup.exact]
+        sections = list(documents)
         if "webtext" in documents and "wikipedia" in documents and "near_dedup" not in sections:
             sections.append("near_dedup")  # Wikipedia removal from WebText uses its settings
         view = {"stages": documents, "part_bytes": cfg.run.part_bytes, "reject_parts": cfg.run.reject_parts}
@@ -189,7 +189,7 @@ def remove_leftovers(out: Path) -> list[Path]:
     for folder in sorted((out / "shards").glob("*")):
         if folder.is_dir():
             found += [p for p in sorted(folder.iterdir()) if p.is_dir() and _SORT_DIR.match(p.name)]
-    roots = [out, out / MARKERS_DIR, out / "documents", out / "rejects", out / "vocab", out / "shards", out / "train"]
+    roots = [out, out / MARKERS_DIR, out / "documents", out / "rejects", out / "vocab", out / "shards"]  # train/: the trainer's own
     for root in roots:
         if root.is_dir():
             walk = root.iterdir() if root == out else root.rglob("*")
