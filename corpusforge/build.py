@@ -252,48 +252,71 @@ def run_build(cfg: Config, force: bool = False) -> BuildResult:
     started = time.perf_counter()
     with build_lock(out):
         plan = plan_build(cfg, force)  # reads only: a missing prerequisite stops the build before anything changes
-        for name in RUN_FILES:
-            (out / name).unlink(missing_ok=True)
+        current = not plan.reasons and manifest_describes(out, cfg)
+        if not current:
+            for name in RUN_FILES:
+                (out / name).unlink(missing_ok=True)
         leftovers = remove_leftovers(out)
         if leftovers:
             log.warning("removed what an interrupted build left: %s", ", ".join(str(p.relative_to(out)) for p in leftovers))
-        for stage in plan.requested:
-            if stage in plan.reused:
-                progress.log.info("stage %s reused (unchanged since it was made)", stage)
-                reuse(stage, plan.markers[stage], result, out)
-                result.reused.append(stage)
-                continue
-            remove_marker(out, stage)  # before its outputs change
-            made = made_from(stage, cfg, plan, None)
-            t0 = time.perf_counter()
-            with progress.stage(stage):
-                marker = RUNNERS[stage](cfg, result, plan, made)
-            result.stage_seconds[stage] = round(time.perf_counter() - t0, 3)
-            write_marker(out, marker)
-            plan.markers[stage] = marker
-            result.ran[stage] = plan.reasons[stage]
-        if "documents" in plan.markers and "documents" not in plan.requested:
-            reuse_documents(plan.markers["documents"], result)  # the figures of what the later stages were made from
+        run_stages(cfg, plan, result)
         result.warnings = stage_warnings(cfg, result, plan.requested)
         result.stage_seconds["total"] = round(time.perf_counter() - started, 3)
-        documents = plan.markers.get("documents")
-        result.manifest_path = write_json_atomic(
-            {
-                "kind": "corpusforge-build",
-                "inputs": documents.made_from["inputs"] if documents else [],
-                "config": cfg.model_dump(mode="json"),
-                "versions": package_versions(),
-                "counters": stats_to_json(result.stats),
-                "stages": {stage: "reused" if stage in result.reused else "ran" for stage in plan.requested},
-                "stage_seconds": result.stage_seconds,
-                "warnings": result.warnings,
-                "artifacts": result.artifacts,
-                "outputs": documents.outputs if documents else [],
-            },
-            out / "manifest.json",
-        )
+        result.manifest_path = out / "manifest.json"
+        if current:  # nothing ran and the manifest already describes this configuration: the folder stays as it is
+            return result
+        write_run_manifest(cfg, plan, result)
         from corpusforge.report_page import write_report
 
         with progress.stage("report"):
             write_report(out)
     return result
+
+
+def manifest_describes(out: Path, cfg: Config) -> bool:
+    """Whether OUT's manifest and report were written for this very configuration."""
+    try:
+        manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (out / "report.html").is_file() and manifest.get("config") == cfg.model_dump(mode="json")
+
+
+def run_stages(cfg: Config, plan: Plan, result: BuildResult) -> None:
+    """Each requested stage in order: reused as its marker describes it, or run and marked."""
+    for stage in plan.requested:
+        if stage in plan.reused:
+            progress.log.info("stage %s reused (unchanged since it was made)", stage)
+            reuse(stage, plan.markers[stage], result, plan.out)
+            result.reused.append(stage)
+            continue
+        remove_marker(plan.out, stage)  # before its outputs change
+        made = made_from(stage, cfg, plan, None)
+        t0 = time.perf_counter()
+        with progress.stage(stage):
+            marker = RUNNERS[stage](cfg, result, plan, made)
+        result.stage_seconds[stage] = round(time.perf_counter() - t0, 3)
+        write_marker(plan.out, marker)
+        plan.markers[stage] = marker
+        result.ran[stage] = plan.reasons[stage]
+    if "documents" in plan.markers and "documents" not in plan.requested:
+        reuse_documents(plan.markers["documents"], result)  # the figures of what the later stages were made from
+
+
+def write_run_manifest(cfg: Config, plan: Plan, result: BuildResult) -> None:
+    documents = plan.markers.get("documents")
+    write_json_atomic(
+        {
+            "kind": "corpusforge-build",
+            "inputs": documents.made_from["inputs"] if documents else [],
+            "config": cfg.model_dump(mode="json"),
+            "versions": package_versions(),
+            "counters": stats_to_json(result.stats),
+            "stages": {stage: "reused" if stage in result.reused else "ran" for stage in plan.requested},
+            "stage_seconds": result.stage_seconds,
+            "warnings": result.warnings,
+            "artifacts": result.artifacts,
+            "outputs": documents.outputs if documents else [],
+        },
+        plan.out / "manifest.json",
+    )
