@@ -119,7 +119,7 @@ def _decide(stage: str, cfg: Config, plan: Plan) -> None:
     elif current is None:
         reason = f"{rerun_upstream[0]} runs again"
     elif fingerprint(current) != previous.fingerprint:
-        reason = describe_difference(stage, previous.made_from, current)
+        reason = describe_difference(previous.made_from, current)
     else:
         reason = output_problem(plan.out, previous)
     if reason is None:
@@ -144,5 +144,5 @@ def _require(stage: str, user: str, cfg: Config, plan: Plan) -> None:
     current = made_from(stage, cfg, plan, marker)
     if fingerprint(current) != marker.fingerprint:
         raise PrerequisiteError(f"{user} needs {stage}, made with another configuration or input "
-                                f"({describe_difference(stage, marker.made_from, current)}): run {stage} again ({how_to_run(stage)})")
+                                f"({describe_difference(marker.made_from, current)}): run {stage} again ({how_to_run(stage)})")
     plan.markers[stage] = marker

@@ -165,8 +165,8 @@ def first_difference(recorded: Any, current: Any, path: str = "") -> tuple[str, 
     return None if recorded == current else (path, recorded, current)
 
 
-def describe_difference(stage: str, recorded: dict[str, Any], current: dict[str, Any]) -> str:
-    """Why a marker no longer matches, in words: the first key, input or upstream output that differs."""
+def describe_difference(recorded: dict[str, Any], current: dict[str, Any]) -> str:
+    """Why a marker no longer matches, in words: the first key, input file or upstream output that differs."""
     found = first_difference(recorded, current)
     if found is None:
         return "unchanged"
@@ -175,11 +175,14 @@ def describe_difference(stage: str, recorded: dict[str, Any], current: dict[str,
         name = key.removeprefix("config.")
         name = f"run.{name}" if name.split(".")[0] in ("stages", "part_bytes", "reject_parts", "seed") else name
         return f"{name} was {json.dumps(old)}, now {json.dumps(new)}"
-    if key.startswith("inputs"):
-        return "its input files changed"
+    if key == "inputs":
+        before, after = ({e["path"]: e for e in files or []} for files in (old, new))
+        changed = sorted(path for path in before.keys() | after.keys() if before.get(path) != after.get(path))
+        return f"{len(changed)} input file(s) changed, added or removed, e.g. {changed[0]}"
     if key.startswith("upstream."):
-        return f"its {key.removeprefix('upstream.').split('.')[-1]} input changed"
-    return f"it was made by another corpusforge format ({key})"
+        _, name, output = key.split(".", 2)
+        return f"the {name if name == output else f'{output} {name}'} it was made from changed"
+    return f"it was made by another corpusforge ({key} {json.dumps(old)}, now {json.dumps(new)})"
 
 
 def remove_leftovers(out: Path) -> list[Path]:

@@ -267,3 +267,20 @@ def test_killed_training_continues_from_its_newest_checkpoint(finished: Path) ->
     steps = [r["step"] for r in records if r["split"] == "train"]
     assert steps.count(1) == 1 and max(steps) == 40, steps  # the killed run's steps are not trained again
     assert _build(finished, *train).reused == [*ALL, "train"]
+
+
+def test_changed_input_file_is_named_and_unchanged_files_are_not_read_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from corpusforge import stages
+
+    books = [tmp_path / "a.txt", tmp_path / "b.txt"]
+    for book in books:
+        book.write_text(f"the text of {book.name}\n")
+    first = stages.describe_inputs(books, [])
+    read: list[Path] = []
+    monkeypatch.setattr(stages, "sha256_file", lambda path: read.append(path) or sha256_file(path))
+    assert stages.describe_inputs(books, first) == first and read == []  # same size and mtime: the recorded sha256
+    books[1].write_text("another text of b.txt\n")
+    second = stages.describe_inputs(books, first)
+    assert read == [books[1].resolve()]
+    strip = lambda described: {"inputs": [{k: e[k] for k in ("path", "bytes", "sha256")} for e in described]}  # noqa: E731
+    assert stages.describe_difference(strip(first), strip(second)) == f"1 input file(s) changed, added or removed, e.g. {books[1].resolve()}"
