@@ -84,8 +84,13 @@ def build(
     set_: list[str] = typer.Option([], "--set", help=SET_HELP, show_default=False),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show INFO lines of every library (Beam's own included)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Errors only: no stage lines and no summary."),
+    force: bool = typer.Option(False, "--force", help="Run every requested stage, even those whose earlier outputs still match."),
 ) -> None:
-    """Run the stages the configuration asks for, then print a summary and write OUT/report.html."""
+    """Run the stages the configuration asks for, then print a summary and write OUT/report.html.
+
+    A stage whose outputs in OUT were made from the same configuration and inputs is reused, not run
+    again (OUT/.stages/ records what each was made from); --force runs them all.
+    """
     progress.configure_logging(-1 if quiet else int(verbose))
     cfg = resolve_config(config, set_)
     from corpusforge.build import run_build
@@ -93,7 +98,7 @@ def build(
 
     try:
         with progress.display(console, live=console.is_terminal and not quiet):
-            result = run_build(cfg)
+            result = run_build(cfg, force=force)
     except Exception as error:
         message = user_error(error)
         if message is None:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+WORK_DIR = ".work"  # spill files of a build's running stages, inside its output folder; removed when a stage ends
 
 def temp_path(path: Path) -> Path:
     return path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")

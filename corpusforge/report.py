@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from corpusforge.build import BuildResult
@@ -55,6 +56,12 @@ def print_build_summary(console: Console, result: BuildResult) -> None:
     trained = result.artifacts.get("train")
     if isinstance(trained, dict) and trained:
         console.print("[bold]held-out evaluation[/]: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in trained.items()))
+    if result.reused:
+        console.print(f"[bold]reused[/] (made earlier from the same configuration and inputs; --force runs them again): {', '.join(result.reused)}")
+    if result.ran:
+        console.print("[bold]ran[/]: " + ", ".join(f"{stage} ({escape(reason)})" for stage, reason in result.ran.items()))
+    for warning in result.warnings:
+        console.print(f"[bold yellow]warning[/]: {escape(warning)}")
     timings = ", ".join(f"{stage} {seconds:.1f}s" for stage, seconds in result.stage_seconds.items())
     console.print(f"[bold]wall time[/]: {timings}")
     console.print(f"[bold green]outputs[/] in {result.output_dir}:")

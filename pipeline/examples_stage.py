@@ -41,7 +41,7 @@ from corpusforge.examples.bert_examples import MaskingVocab, TokenizedDocument, 
 from corpusforge.examples.gpt_examples import cut_windows
 from corpusforge.examples.sentence_tokens import SentenceEncoder
 from corpusforge.examples.vocab import EOT, load_tokenizer, vocab_manifest
-from corpusforge.shards.format import FORMAT_VERSION, bert_schema, gpt_schema, id_type
+from corpusforge.shards.format import FORMAT_VERSION, MANIFEST_NAME, bert_schema, gpt_schema, id_type
 from corpusforge.shards.writer import iter_sorted_buckets, row_bytes, spill_pieces, spilled_rows, write_ipc, write_shards
 
 # Multi-output steps emit (kind, value) pairs split by ``_only``: the DaskRunner mixes tagged outputs
@@ -247,6 +247,7 @@ def _run(
     """Run the Beam graph spilling examples into a temporary folder, then sort and cut the shards here."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / MANIFEST_NAME).unlink(missing_ok=True)  # first: the folder is visibly incomplete until the new one is written
     temp = out_dir / f".sort-{uuid.uuid4().hex}"
     temp.mkdir()
     try:

@@ -47,6 +47,14 @@ def stats_to_json(stats: dict[str, SourceStats]) -> dict[str, dict]:
     }
 
 
+def stats_from_json(data: dict[str, dict]) -> dict[str, SourceStats]:
+    """``stats_to_json`` read back (a reused documents stage's figures, from its marker)."""
+    return {
+        source: SourceStats(documents=s["documents"], words=s["words"], bytes=s["bytes"], rejects=Counter(s["rejects"]), inputs=s["inputs"])
+        for source, s in data.items()
+    }
+
+
 def check_accounting(counters: dict[str, dict[str, int]], stats: dict[str, SourceStats]) -> None:
     """Per source: inputs read == documents + rejects written, and the job's counters == the files' recount.
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from corpusforge.shards.format import MANIFEST_NAME, SHARD_PATTERN, id_type
-from corpusforge.files import sha256_file
+from corpusforge.files import WORK_DIR, sha256_file
 from corpusforge.shards.reader import Manifest, ShardEntry, ShardError, column_view, open_shard, read_manifest
 
 
@@ -53,6 +53,11 @@ def _check_files(manifest: Manifest) -> list[str]:
         stray = path.name not in listed and (path.name.endswith(".arrow") or ".tmp-" in path.name)
         if stray:
             problems.append(f"{path}: not in the manifest (a leftover or half-written file)")
+        elif path.is_dir() and path.name.startswith(".sort-"):
+            problems.append(f"{path}: spill folder of an interrupted build (the next build removes it)")
+    build_work = manifest.root.parent.parent / WORK_DIR
+    if manifest.root.parent.name == "shards" and build_work.is_dir():
+        problems.append(f"{build_work}: spill folder of an interrupted build (the next build removes it)")
     return problems
 
 

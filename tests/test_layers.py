@@ -20,7 +20,7 @@ LAYERS = [
     ("corpusforge.shards",),
     ("corpusforge.pipeline",),
     ("corpusforge.trainer",),
-    ("corpusforge.build", "corpusforge.report", "corpusforge.report_page", "corpusforge.progress", "corpusforge.config_reference",
+    ("corpusforge.build", "corpusforge.plan", "corpusforge.stages", "corpusforge.report", "corpusforge.report_page", "corpusforge.progress", "corpusforge.config_reference",
      "corpusforge.cli", "corpusforge.__main__"),
 ]
 OURS = ("corpusforge",) + tuple(FOLDERS)
