@@ -15,6 +15,7 @@ a Parquet file, and streamed from there to the stage and the reference, so no ru
 skipping the normalizer for plain text and tokenizing each distinct word once. The reference
 ``create_pretraining_data.py`` does about 0.22 MB/s on this machine class (quoted, needs TensorFlow).
 """
+
 from __future__ import annotations
 
 import os
@@ -40,9 +41,9 @@ from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 from tokenizers.implementations import BertWordPieceTokenizer  # noqa: E402
 
+from corpusforge.config import BertConfig, ShardsConfig  # noqa: E402
 from corpusforge.corpora.gutenberg import strip_gutenberg  # noqa: E402
 from corpusforge.corpora.sentences import split_sentences  # noqa: E402
-from corpusforge.config import BertConfig, ShardsConfig  # noqa: E402
 from corpusforge.pipeline.examples_stage import TOKENIZE_BATCH_CHARS, write_bert_shards_from_sentences  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -142,14 +143,28 @@ def main() -> None:
     ours, limit = result["mb"] / result["seconds"], result["mb"] / result["tokenizer_seconds"]
     print(f"input: {result['books']} books, {result['mb']:.2f} MB of sentences, dupe_factor {args.dupe_factor}")
     print(f"{'':34}{'CPU s':>9}{'MB/s':>9}{'examples/s':>12}")
-    print(f"{'ours: sentences -> shards':34}{result['seconds']:9.2f}{ours:9.2f}{result['examples'] / result['seconds']:12.0f}   (wall {result['wall']:.1f} s)")
+    print(
+        f"{'ours: sentences -> shards':34}{result['seconds']:9.2f}{ours:9.2f}{result['examples'] / result['seconds']:12.0f}   (wall {result['wall']:.1f} s)"
+    )
     print(f"{'HF encode_batch_fast alone':34}{result['tokenizer_seconds']:9.2f}{limit:9.2f}{'':>12}")
-    print(f"ratio ours / tokenizer-only limit: {ours / limit:.2f}   (reference create_pretraining_data: ~0.22 MB/s, ours x{ours / 0.22:.1f})")
+    print(
+        f"ratio ours / tokenizer-only limit: {ours / limit:.2f}   (reference create_pretraining_data: ~0.22 MB/s, ours x{ours / 0.22:.1f})"
+    )
 
     print(f"peak resident memory (fresh process each; sort buckets and shards of {args.bound_mb} MB):")
     runs = []
     for books in sorted({max(1, args.books // 3), args.books}):
-        command = [sys.executable, __file__, "--json", "--books", str(books), "--dupe-factor", str(args.dupe_factor), "--bound-mb", str(args.bound_mb)]
+        command = [
+            sys.executable,
+            __file__,
+            "--json",
+            "--books",
+            str(books),
+            "--dupe-factor",
+            str(args.dupe_factor),
+            "--bound-mb",
+            str(args.bound_mb),
+        ]
         runs.append(json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]))
     print(f"  {'':22}" + "".join(f"{run['books']:>12d} books" for run in runs))
     print(f"  {'MB of sentences':22}" + "".join(f"{run['mb']:18.2f}" for run in runs))
@@ -161,7 +176,9 @@ def main() -> None:
         # The difference between the two runs removes Beam's fixed per-pipeline cost (graph, workers, tokenizer loads).
         marginal = (large["mb"] - small["mb"]) / (large["seconds"] - small["seconds"])
         limit = (large["mb"] - small["mb"]) / (large["tokenizer_seconds"] - small["tokenizer_seconds"])
-        print(f"marginal rate (large - small run): ours {marginal:.2f} MB/s, tokenizer alone {limit:.2f} MB/s, ratio {marginal / limit:.2f}")
+        print(
+            f"marginal rate (large - small run): ours {marginal:.2f} MB/s, tokenizer alone {limit:.2f} MB/s, ratio {marginal / limit:.2f}"
+        )
 
 
 if __name__ == "__main__":

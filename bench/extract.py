@@ -24,6 +24,7 @@ Our stage's text is taken before the page-level filters (those drop whole pages 
 length, which is no extraction error). Settings were chosen on the even-indexed pages; the odd half
 is reported as held out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from corpusforge.config import ExtractConfig  # noqa: E402
 from corpusforge.corpora.extract import (  # noqa: E402
-    ExtractorProcess, clean_page, description_lead, fix_mojibake, folded_words, looks_like_navigation, main_text,
-    meta_description, paragraphs, table_row, with_lead,
+    ExtractorProcess,
+    clean_page,
+    description_lead,
+    fix_mojibake,
+    folded_words,
+    looks_like_navigation,
+    main_text,
+    meta_description,
+    paragraphs,
+    table_row,
+    with_lead,
 )
 
 EVAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "html" / "trafilatura_eval"
@@ -250,10 +260,14 @@ def main() -> None:
     refs = [Reference(html, item) for _, html, item in tqdm(pages, desc="references")]
     n = len(pages)
     print(f"extraction: {n} annotated pages of trafilatura's evaluation set; ours = {trafilatura_options_line(default)}")
-    print(f"  navigation fallback fired on {fired} pages ({fired / n:.1%}); its CPU: 'ours (defaults)' vs "
-          f"'ours, navigation fallback off' below")
-    header = (f"  {'extractor':54} {'snippet P':>9} {'R':>6} {'F1':>6} {'F1 odd':>6} | {'runs':>5} {'pages':>5} "
-              f"{'host par.':>9} | {'4-gram P':>8} {'R':>6} {'F1':>6} | {'pages/CPU-s':>11} {'vs traf.':>8}")
+    print(
+        f"  navigation fallback fired on {fired} pages ({fired / n:.1%}); its CPU: 'ours (defaults)' vs "
+        f"'ours, navigation fallback off' below"
+    )
+    header = (
+        f"  {'extractor':54} {'snippet P':>9} {'R':>6} {'F1':>6} {'F1 odd':>6} | {'runs':>5} {'pages':>5} "
+        f"{'host par.':>9} | {'4-gram P':>8} {'R':>6} {'F1':>6} | {'pages/CPU-s':>11} {'vs traf.':>8}"
+    )
     print(header)
     for name, texts, cpu in rows:
         p, r, f1 = snippet_score(texts, pages)
@@ -261,16 +275,20 @@ def main() -> None:
         runs = [introduced_runs(t, ref) for t, ref in zip(texts, refs)]
         found, main_grams, wrong, output = map(sum, zip(*(gram_counts(t, ref) for t, ref in zip(texts, refs))))
         gp, gr = 1 - wrong / output, found / main_grams
-        print(f"  {name:54} {p:9.4f} {r:6.4f} {f1:6.4f} {odd:6.4f} | {sum(runs):5d} {sum(map(bool, runs)):5d} "
-              f"{host_repeats(texts, pages):9d} | {gp:8.4f} {gr:6.4f} {2 * gp * gr / (gp + gr):6.4f} | "
-              f"{n / cpu:11.1f} {fast.cpu / cpu:7.2f}x")
+        print(
+            f"  {name:54} {p:9.4f} {r:6.4f} {f1:6.4f} {odd:6.4f} | {sum(runs):5d} {sum(map(bool, runs)):5d} "
+            f"{host_repeats(texts, pages):9d} | {gp:8.4f} {gr:6.4f} {2 * gp * gr / (gp + gr):6.4f} | "
+            f"{n / cpu:11.1f} {fast.cpu / cpu:7.2f}x"
+        )
     floors = json.loads((EVAL / "eval_baseline.json").read_text())["floors"]
     print(f"  pinned upstream snippet floors: F1 fast {floors['fast']}, fallback {floors['fallback']}")
 
 
 def trafilatura_options_line(cfg: ExtractConfig) -> str:
-    return (f"favor={cfg.favor} tables={cfg.include_tables} fast={cfg.fast} navigation_fallback={cfg.navigation_fallback} "
-            f"lead_from_description={cfg.lead_from_description}")
+    return (
+        f"favor={cfg.favor} tables={cfg.include_tables} fast={cfg.fast} navigation_fallback={cfg.navigation_fallback} "
+        f"lead_from_description={cfg.lead_from_description}"
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Peak memory is tracemalloc's peak of Python allocations in the fetching process.
 
     .venv/bin/python bench/fetch.py --latency-ms 50 --pages 200
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,7 @@ def naive(urls: list[str]) -> tuple[float, int]:
 
 
 def ours(urls: list[str], concurrency: int) -> tuple[float, int, int]:
-    config = FetchConfig(concurrency=concurrency, per_host_concurrency=concurrency, per_host_delay_s=0.0,
-                         allow_networks=["127.0.0.1/32"])
+    config = FetchConfig(concurrency=concurrency, per_host_concurrency=concurrency, per_host_delay_s=0.0, allow_networks=["127.0.0.1/32"])
 
     async def run() -> int:
         fetcher = Fetcher(config)
@@ -87,15 +87,16 @@ def main() -> None:
 
         naive_s, naive_ok = naive(urls(args.naive_pages, "naive"))
         naive_rate = naive_ok / naive_s
-        print(f"latency {args.latency_ms:.0f} ms per reply; reference: sequential urllib "
-              f"{naive_ok} pages in {naive_s:.2f} s = {naive_rate:.1f} pages/s")
+        print(
+            f"latency {args.latency_ms:.0f} ms per reply; reference: sequential urllib "
+            f"{naive_ok} pages in {naive_s:.2f} s = {naive_rate:.1f} pages/s"
+        )
         print(f"{'concurrency':>11} {'pages':>6} {'ok':>5} {'seconds':>8} {'pages/s':>8} {'vs urllib':>9} {'peak MiB':>9}")
         for concurrency in args.concurrency:
             count = min(args.pages, max(20, concurrency * 10))
             elapsed, ok, peak = ours(urls(count, f"c{concurrency}"), concurrency)
             rate = ok / elapsed
-            print(f"{concurrency:>11} {count:>6} {ok:>5} {elapsed:>8.2f} {rate:>8.1f} {rate / naive_rate:>8.1f}x "
-                  f"{peak / 2**20:>9.1f}")
+            print(f"{concurrency:>11} {count:>6} {ok:>5} {elapsed:>8.2f} {rate:>8.1f} {rate / naive_rate:>8.1f}x {peak / 2**20:>9.1f}")
     finally:
         stop.set()
         server.join(timeout=10)

@@ -14,6 +14,7 @@ normal page, so the ratio is the figure (at most 3 for the issue's inputs). Dens
 token every two characters, ~50x a real page's density) stay linear but cost more per byte: each
 token that can pair with another is one step of a Python scan.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,7 @@ def fuzz_reader(name: str, cases: int, seed: int) -> dict[str, object]:
     strategy, target = TARGETS[name]
     stats: dict[str, object] = {"cases": 0, "failures": [], "slowest": (0.0, 0)}
 
-    @settings(max_examples=cases, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(max_examples=cases, deadline=None, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
     @given(strategy)
     def run(case: object) -> None:
         stats["cases"] += 1  # type: ignore[operator]

@@ -12,6 +12,7 @@
   nice -n 10 .venv/bin/python bench/glue.py --work /tmp/glue_bench
   .venv/bin/python bench/glue.py --work /tmp/glue_bench --pretrain-steps 200 --tasks sst2 --max-train-examples 2000 --epochs 2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,9 @@ def run(command: list[str], log: Path) -> float:
     with open(log, "a", encoding="utf-8") as handle:
         handle.write(f"$ {' '.join(command)}\n")
         handle.flush()
-        done = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": str(THREADS)})
+        done = subprocess.run(
+            command, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": str(THREADS)}
+        )
     if done.returncode:
         raise SystemExit(f"failed ({done.returncode}): {' '.join(command)}; see {log}")
     return time.perf_counter() - started
@@ -52,15 +55,15 @@ def build_shards(work: Path, args: argparse.Namespace, log: Path) -> Path:
     config = work / "glue_bench.toml"
     config.write_text(
         f"""[run]
-output_dir = "{work / 'corpus'}"
+output_dir = "{work / "corpus"}"
 stages = ["books", "wikipedia", "clean", "dedup", "documents", "vocab", "bert"]
 seed = 12345
 
 [books]
-paths = ["{SHARED / 'books' / 'en'}"]
+paths = ["{SHARED / "books" / "en"}"]
 
 [wikipedia]
-paths = ["{SHARED / 'wikipedia' / 'enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2'}"]
+paths = ["{SHARED / "wikipedia" / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"}"]
 
 [clean]
 min_words = 20
@@ -86,12 +89,35 @@ def pretrain(shards: Path, work: Path, args: argparse.Namespace, log: Path) -> t
     run_dir = work / "pretrain"
     if (run_dir / "eval.json").is_file():
         return run_dir, float("nan")
-    seconds = run([
-        *CLI, "train", "--shards", str(shards), "--out", str(run_dir), "--model", "bert-mini",
-        "--steps", str(args.pretrain_steps), "--batch-size", str(args.pretrain_batch), "--lr", str(args.pretrain_lr),
-        "--warmup-steps", str(max(1, args.pretrain_steps // 10)), "--eval-every", str(max(1, args.pretrain_steps // 4)), "--set", "train.num_workers=0",
-        "--set", f"train.checkpoint_every={args.pretrain_steps}", "--set", "train.log_every=25",
-    ], log)
+    seconds = run(
+        [
+            *CLI,
+            "train",
+            "--shards",
+            str(shards),
+            "--out",
+            str(run_dir),
+            "--model",
+            "bert-mini",
+            "--steps",
+            str(args.pretrain_steps),
+            "--batch-size",
+            str(args.pretrain_batch),
+            "--lr",
+            str(args.pretrain_lr),
+            "--warmup-steps",
+            str(max(1, args.pretrain_steps // 10)),
+            "--eval-every",
+            str(max(1, args.pretrain_steps // 4)),
+            "--set",
+            "train.num_workers=0",
+            "--set",
+            f"train.checkpoint_every={args.pretrain_steps}",
+            "--set",
+            "train.log_every=25",
+        ],
+        log,
+    )
     return run_dir, seconds
 
 
@@ -99,8 +125,23 @@ def finetune(checkpoint: Path, task: str, seed: int, random_init: bool, work: Pa
     out = work / "finetune" / f"{task}-{'random' if random_init else 'pretrained'}-seed{seed}"
     if not (out / "results.json").is_file():
         command = [
-            *CLI, "finetune", str(checkpoint), "--task", task, "--glue-dir", str(SHARED / "glue"), "--out", str(out),
-            "--epochs", str(args.epochs), "--seed", str(seed), "--max-seq-length", str(args.seq_len), "--lr", str(args.lr),
+            *CLI,
+            "finetune",
+            str(checkpoint),
+            "--task",
+            task,
+            "--glue-dir",
+            str(SHARED / "glue"),
+            "--out",
+            str(out),
+            "--epochs",
+            str(args.epochs),
+            "--seed",
+            str(seed),
+            "--max-seq-length",
+            str(args.seq_len),
+            "--lr",
+            str(args.lr),
         ]
         if args.max_train_examples:
             command += ["--max-train-examples", str(args.max_train_examples)]
@@ -135,12 +176,18 @@ def main() -> None:
     run_dir, pretrain_seconds = pretrain(shards, args.work, args, log)
     held_out = json.loads((run_dir / "eval.json").read_text(encoding="utf-8"))
     tokens = args.pretrain_steps * args.pretrain_batch * args.seq_len
-    print(f"corpus: {manifest.examples:,} BERT examples of {args.seq_len} tokens, WordPiece {manifest.vocab.size:,}; "
-          f"pre-training: bert-mini, {args.pretrain_steps} steps x {args.pretrain_batch} ({tokens / 1e6:.1f}M tokens, "
-          f"{args.pretrain_steps * args.pretrain_batch / manifest.examples:.2f} epochs) in {pretrain_seconds / 60:.1f} min on CPU; "
-          f"held-out MLM accuracy {held_out['mlm_accuracy']:.3f}, NSP accuracy {held_out['nsp_accuracy']:.3f}", flush=True)
-    print(f"fine-tuning: {args.max_train_examples or 'all'} training examples, {args.epochs} epochs, lr {args.lr}, batch 32, "
-          f"max length {args.seq_len}, seeds 0..{args.seeds - 1}; figure = dev metric after the last epoch", flush=True)
+    print(
+        f"corpus: {manifest.examples:,} BERT examples of {args.seq_len} tokens, WordPiece {manifest.vocab.size:,}; "
+        f"pre-training: bert-mini, {args.pretrain_steps} steps x {args.pretrain_batch} ({tokens / 1e6:.1f}M tokens, "
+        f"{args.pretrain_steps * args.pretrain_batch / manifest.examples:.2f} epochs) in {pretrain_seconds / 60:.1f} min on CPU; "
+        f"held-out MLM accuracy {held_out['mlm_accuracy']:.3f}, NSP accuracy {held_out['nsp_accuracy']:.3f}",
+        flush=True,
+    )
+    print(
+        f"fine-tuning: {args.max_train_examples or 'all'} training examples, {args.epochs} epochs, lr {args.lr}, batch 32, "
+        f"max length {args.seq_len}, seeds 0..{args.seeds - 1}; figure = dev metric after the last epoch",
+        flush=True,
+    )
 
     header = f"{'task':6} {'metric':8} {'init':11} {'per seed':26} {'mean':>7} {'std':>6}"
     rows = [header, "-" * len(header)]
@@ -151,14 +198,17 @@ def main() -> None:
             figures[random_init] = values
             mean, std = spread(values)
             metric = REFERENCE[task][0]
-            rows.append(f"{task:6} {metric:8} {'random' if random_init else 'pretrained':11} "
-                        f"{' '.join(f'{v:.4f}' for v in values):26} {mean:7.4f} {std:6.4f}")
+            rows.append(
+                f"{task:6} {metric:8} {'random' if random_init else 'pretrained':11} "
+                f"{' '.join(f'{v:.4f}' for v in values):26} {mean:7.4f} {std:6.4f}"
+            )
             print(rows[-1], flush=True)
         (pre_mean, pre_std), (rnd_mean, rnd_std) = spread(figures[False]), spread(figures[True])
         gap = pre_mean - rnd_mean
-        rows.append(f"{task:6} gain of pre-training: {gap:+.4f} = {gap / max(pre_std, rnd_std, 1e-9):+.1f} x the larger std; "
-                    f"reference: {REFERENCE_NOTE[task]}"
-                    + (f"; ours/reference {pre_mean / REFERENCE[task][1]:.3f}" if REFERENCE[task][1] else ""))
+        rows.append(
+            f"{task:6} gain of pre-training: {gap:+.4f} = {gap / max(pre_std, rnd_std, 1e-9):+.1f} x the larger std; "
+            f"reference: {REFERENCE_NOTE[task]}" + (f"; ours/reference {pre_mean / REFERENCE[task][1]:.3f}" if REFERENCE[task][1] else "")
+        )
         print(rows[-1], flush=True)
     print("\n".join(["", *rows]))
 

@@ -5,6 +5,7 @@
 Prints CAUGHT or MISSED! per mutation. It edits files in place (and restores them in a ``finally``): run it
 with nothing else running in the checkout.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -14,27 +15,69 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 MUTATIONS = [
-    ("sampling-rate filter deleted", "examples/vocab.py",
-     "        if stable_hash(seed, doc_id) >= threshold:\n            continue\n", "", ["tests/test_vocab.py", "-k", "sample"]),
-    ("rng_for ignores the seed", "corpusforge/hashing.py",
-     "np.random.PCG64(stable_hash(*parts))", "np.random.PCG64(stable_hash(*parts[1:]))",
-     ["tests/test_hashing.py", "tests/test_bert_examples.py", "-k", "rng_for or depends_only"]),
-    ("no mix64 in the shuffle keys", "pipeline/examples_stage.py",
-     "return mix64(np.asarray(bases, dtype=np.uint64)[owner] + within.astype(np.uint64))",
-     "return np.asarray(bases, dtype=np.uint64)[owner] + within.astype(np.uint64)", ["tests/test_hashing.py"]),
-    ("range_buckets returns zeros", "shards/writer.py",
-     "return ((keys.astype(np.uint64) >> np.uint64(32)) * np.uint64(num_buckets)) >> np.uint64(32)",
-     "return np.zeros(len(keys), dtype=np.uint64)", ["tests/test_shard_writer.py"]),
-    ("serial per host: HostGate(1)", "corpora/fetch.py",
-     "HostGate(self.config.per_host_concurrency)", "HostGate(1)", ["tests/test_fetch.py", "-k", "concurrently or limits"]),
-    ("serial overall: Semaphore(1)", "corpora/fetch.py",
-     "self.slots = asyncio.Semaphore(config.concurrency)", "self.slots = asyncio.Semaphore(1)", ["tests/test_fetch.py", "-k", "concurrently or limits"]),
-    ("shard manifest checksums 0*64", "shards/writer.py",
-     '"sha256": sha256_file(path),', '"sha256": "0" * 64,', ["tests/test_shard_writer.py"]),
-    ("run manifest checksums 0*64", "pipeline/manifest.py",
-     '"sha256": sha256_file(path)}', '"sha256": "0" * 64}', ["tests/test_demo_build.py", "-k", "checksums"]),
-    ("verify ignores shard checksums", "shards/reader.py",
-     "if actual != expected.sha256:", "if False:", ["tests/test_shards_cli.py", "-k", "verify"]),
+    (
+        "sampling-rate filter deleted",
+        "examples/vocab.py",
+        "        if stable_hash(seed, doc_id) >= threshold:\n            continue\n",
+        "",
+        ["tests/test_vocab.py", "-k", "sample"],
+    ),
+    (
+        "rng_for ignores the seed",
+        "corpusforge/hashing.py",
+        "np.random.PCG64(stable_hash(*parts))",
+        "np.random.PCG64(stable_hash(*parts[1:]))",
+        ["tests/test_hashing.py", "tests/test_bert_examples.py", "-k", "rng_for or depends_only"],
+    ),
+    (
+        "no mix64 in the shuffle keys",
+        "pipeline/examples_stage.py",
+        "return mix64(np.asarray(bases, dtype=np.uint64)[owner] + within.astype(np.uint64))",
+        "return np.asarray(bases, dtype=np.uint64)[owner] + within.astype(np.uint64)",
+        ["tests/test_hashing.py"],
+    ),
+    (
+        "range_buckets returns zeros",
+        "shards/writer.py",
+        "return ((keys.astype(np.uint64) >> np.uint64(32)) * np.uint64(num_buckets)) >> np.uint64(32)",
+        "return np.zeros(len(keys), dtype=np.uint64)",
+        ["tests/test_shard_writer.py"],
+    ),
+    (
+        "serial per host: HostGate(1)",
+        "corpora/fetch.py",
+        "HostGate(self.config.per_host_concurrency)",
+        "HostGate(1)",
+        ["tests/test_fetch.py", "-k", "concurrently or limits"],
+    ),
+    (
+        "serial overall: Semaphore(1)",
+        "corpora/fetch.py",
+        "self.slots = asyncio.Semaphore(config.concurrency)",
+        "self.slots = asyncio.Semaphore(1)",
+        ["tests/test_fetch.py", "-k", "concurrently or limits"],
+    ),
+    (
+        "shard manifest checksums 0*64",
+        "shards/writer.py",
+        '"sha256": sha256_file(path),',
+        '"sha256": "0" * 64,',
+        ["tests/test_shard_writer.py"],
+    ),
+    (
+        "run manifest checksums 0*64",
+        "pipeline/manifest.py",
+        '"sha256": sha256_file(path)}',
+        '"sha256": "0" * 64}',
+        ["tests/test_demo_build.py", "-k", "checksums"],
+    ),
+    (
+        "verify ignores shard checksums",
+        "shards/reader.py",
+        "if actual != expected.sha256:",
+        "if False:",
+        ["tests/test_shards_cli.py", "-k", "verify"],
+    ),
 ]
 
 
@@ -49,7 +92,9 @@ def main(only: list[str]) -> None:
             continue
         file.write_text(original.replace(old, new))
         try:
-            run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests], cwd=ROOT, capture_output=True, text=True)
+            run = subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests], cwd=ROOT, capture_output=True, text=True
+            )
         finally:
             file.write_text(original)
         last = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr[-200:]

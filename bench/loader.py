@@ -8,6 +8,7 @@ The reference opens each shard with ``datasets.Dataset.from_file`` (memory-mappe
     .venv/bin/python bench/loader.py                      # 200k examples, 0/1/2 workers
     .venv/bin/python bench/loader.py --examples 50000 --workers 0 2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,7 +68,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         began = time.perf_counter()
         directory = make_shards(Path(tmp), args.examples, args.shards)
-        print(f"{args.examples:,} BERT examples (seq 128) in {args.shards} shards, written in {time.perf_counter() - began:.1f}s; batch {args.batch_size}")
+        print(
+            f"{args.examples:,} BERT examples (seq 128) in {args.shards} shards, written in {time.perf_counter() - began:.1f}s; batch {args.batch_size}"
+        )
         reference = reference_dataset(directory)
         print(f"medians of {args.repeats} interleaved runs")
         print(f"{'workers':>7} {'ours ex/s':>12} {'ours batch/s':>13} {'reference ex/s':>15} {'ratio':>7}")
@@ -75,11 +78,18 @@ def main() -> None:
             ours, theirs = [], []
             for _ in range(args.repeats):  # interleaved, so both sides see the same machine load
                 stream = ShardStream(directory, args.batch_size, seed=0, epochs=None)
-                ours.append(examples_per_second(DataLoader(stream, batch_size=None, num_workers=workers), args.batch_size, args.examples // args.batch_size))
+                ours.append(
+                    examples_per_second(
+                        DataLoader(stream, batch_size=None, num_workers=workers), args.batch_size, args.examples // args.batch_size
+                    )
+                )
                 loader = DataLoader(reference, batch_size=args.batch_size, shuffle=True, num_workers=workers, drop_last=True)
                 theirs.append(examples_per_second(loader, args.batch_size, args.reference_batches))
             ours_rate, theirs_rate = float(np.median(ours)), float(np.median(theirs))
-            print(f"{workers:>7} {ours_rate:>12,.0f} {ours_rate / args.batch_size:>13,.1f} {theirs_rate:>15,.0f} {ours_rate / theirs_rate:>6.1f}x")
+            print(
+                f"{workers:>7} {ours_rate:>12,.0f} {ours_rate / args.batch_size:>13,.1f} {theirs_rate:>15,.0f} {ours_rate / theirs_rate:>6.1f}x"
+            )
+
 
 if __name__ == "__main__":
     main()

@@ -14,6 +14,7 @@ Quality: (1) the Gutenberg editions set (3 same-book pairs, 3 hard negatives; al
 and wrapped in a boilerplate header and footer. A pair is a true near-duplicate when its exact word
 5-gram Jaccard reaches the threshold; unrelated bases are negatives for one another.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,9 +32,9 @@ from datasketch import MinHash
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from corpusforge.config import NearDedupConfig  # noqa: E402
 from corpusforge.corpora.document import Document, make_id  # noqa: E402
 from corpusforge.corpora.minhash import MinHasher, jaccard, s_curve_table, shingle_set, shingles, wordmix_hash32  # noqa: E402
-from corpusforge.config import NearDedupConfig  # noqa: E402
 from corpusforge.pipeline.document_spill import banding  # noqa: E402
 from corpusforge.pipeline.near_dedup import NearDedup  # noqa: E402
 from corpusforge.pipeline.steps import SpillDocuments  # noqa: E402
@@ -82,17 +83,24 @@ def bench_speed(docs: list[str], cfg: NearDedupConfig, repeats: int = 3) -> None
             best[name] = min(best[name], time.perf_counter() - start)
     for base in ("wordmix", "sha1"):
         assert np.array_equal(results[f"ours {base}"].astype(np.uint64), results[f"datasketch {base}"]), base
-    print(f"signatures: {len(docs)} documents, {words:,} words, num_perm {cfg.num_perm}, word {cfg.ngram}-grams "
-          f"(1 core, best of {repeats} interleaved)")
+    print(
+        f"signatures: {len(docs)} documents, {words:,} words, num_perm {cfg.num_perm}, word {cfg.ngram}-grams "
+        f"(1 core, best of {repeats} interleaved)"
+    )
     print(f"  {'':20} {'words/s':>12} {'docs/s':>10}")
     for name, seconds in best.items():
         print(f"  {name:20} {words / seconds:12,.0f} {len(docs) / seconds:10,.1f}")
-    print(f"  equivalent (same wordmix base hash): ours {best['datasketch wordmix'] / best['ours wordmix']:.2f}x faster, "
-          "signatures identical: yes")
-    print(f"  bit-compatible (sha1 base hash):     ours {best['datasketch sha1'] / best['ours sha1']:.2f}x faster, "
-          "signatures identical: yes")
-    print(f"  ours wordmix vs datasketch defaults: {best['datasketch sha1'] / best['ours wordmix']:.2f}x faster "
-          "(different base hash, so different but equally distributed signatures)")
+    print(
+        f"  equivalent (same wordmix base hash): ours {best['datasketch wordmix'] / best['ours wordmix']:.2f}x faster, "
+        "signatures identical: yes"
+    )
+    print(
+        f"  bit-compatible (sha1 base hash):     ours {best['datasketch sha1'] / best['ours sha1']:.2f}x faster, signatures identical: yes"
+    )
+    print(
+        f"  ours wordmix vs datasketch defaults: {best['datasketch sha1'] / best['ours wordmix']:.2f}x faster "
+        "(different base hash, so different but equally distributed signatures)"
+    )
 
 
 def clusters(docs: list[Document], cfg: NearDedupConfig) -> dict[str, str]:
@@ -102,11 +110,10 @@ def clusters(docs: list[Document], cfg: NearDedupConfig) -> dict[str, str]:
         options = PipelineOptions([], runner="DirectRunner", direct_running_mode="in_memory")
         with beam.Pipeline(options=options) as p:
             (
-                p
-                | beam.Create(docs)
-                | SpillDocuments(str(Path(tmp) / "spill"), cfg)
-                | NearDedup(cfg)
-            ).rejects | beam.Map(lambda r: f"{r.id}\t{r.detail}") | beam.io.WriteToText(str(out_path), shard_name_template="")
+                (p | beam.Create(docs) | SpillDocuments(str(Path(tmp) / "spill"), cfg) | NearDedup(cfg)).rejects
+                | beam.Map(lambda r: f"{r.id}\t{r.detail}")
+                | beam.io.WriteToText(str(out_path), shard_name_template="")
+            )
         rows = [line.split("\t") for line in out_path.read_text().splitlines()]
     rep = {d.id: d.id for d in docs}
     rep.update({doc_id: keep for doc_id, keep in rows})
@@ -134,8 +141,10 @@ def gutenberg_editions(cfg: NearDedupConfig) -> None:
         if label == "near_duplicate":
             truth.add(frozenset((by_name[a], by_name[b])))
     p, r, n_pred, n_true = precision_recall(clusters(docs, cfg), truth, [d.id for d in docs])
-    print(f"Gutenberg editions ({len(docs)} books, {len(docs) * (len(docs) - 1) // 2} pairs, {n_true} true): "
-          f"precision {p:.3f} recall {r:.3f} ({n_pred} predicted pairs)")
+    print(
+        f"Gutenberg editions ({len(docs)} books, {len(docs) * (len(docs) - 1) // 2} pairs, {n_true} true): "
+        f"precision {p:.3f} recall {r:.3f} ({n_pred} predicted pairs)"
+    )
 
 
 def edited_copy(words: list[str], rate: float, rng: random.Random, vocabulary: list[str]) -> list[str]:

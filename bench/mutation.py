@@ -14,6 +14,7 @@ but the random variable ones. From what remains, ``--per-module`` mutants are sa
 mutation (module, operator, occurrence), so every rerun tests the same ones and the score is an estimate of the
 whole module's. Prints killed / survived per module and the diff of every survivor.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,9 +38,34 @@ MODULES = {  # module -> its own tests (the Dask/Beam runner comparison is left 
     "shards/writer.py": "tests/test_shard_writer.py",
     "trainer/data.py": "tests/test_trainer_data.py",
 }
-PAIRS = ["Add_Sub", "Sub_Add", "Mul_Div", "Div_Mul", "FloorDiv_Div", "Mod_FloorDiv", "Pow_Mul", "RShift_LShift", "LShift_RShift",
-         "BitAnd_BitOr", "BitOr_BitAnd", "BitXor_BitOr", "Lt_LtE", "LtE_Lt", "Gt_GtE", "GtE_Gt", "Eq_NotEq", "NotEq_Eq",
-         "Is_IsNot", "IsNot_Is", "In_NotIn", "NotIn_In", "USub_UAdd", "Delete_USub", "Delete_Invert", "Delete_Not"]
+PAIRS = [
+    "Add_Sub",
+    "Sub_Add",
+    "Mul_Div",
+    "Div_Mul",
+    "FloorDiv_Div",
+    "Mod_FloorDiv",
+    "Pow_Mul",
+    "RShift_LShift",
+    "LShift_RShift",
+    "BitAnd_BitOr",
+    "BitOr_BitAnd",
+    "BitXor_BitOr",
+    "Lt_LtE",
+    "LtE_Lt",
+    "Gt_GtE",
+    "GtE_Gt",
+    "Eq_NotEq",
+    "NotEq_Eq",
+    "Is_IsNot",
+    "IsNot_Is",
+    "In_NotIn",
+    "NotIn_In",
+    "USub_UAdd",
+    "Delete_USub",
+    "Delete_Invert",
+    "Delete_Not",
+]
 
 
 def kept_operator(name: str) -> bool:
@@ -57,7 +83,9 @@ def fresh_copy() -> Path:
     """The checkout's files (tracked, and new ones not ignored) copied to WORK/repo, with the package links."""
     repo = WORK / "repo"
     shutil.rmtree(repo, ignore_errors=True)
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, check=True, capture_output=True).stdout
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, check=True, capture_output=True
+    ).stdout
     for name in filter(None, listed.decode().split("\0")):
         if (ROOT / name).is_file():
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
@@ -90,7 +118,9 @@ def choose(session: Path, per_module: int) -> None:
     with use_db(str(session), WorkDB.Mode.open) as db:
         items = list(db.pending_work_items)
         candidates = [item for item in items if kept_operator(item.mutations[0].operator_name)]
-        candidates.sort(key=lambda item: sample_key(item.mutations[0].module_path, item.mutations[0].operator_name, item.mutations[0].occurrence))
+        candidates.sort(
+            key=lambda item: sample_key(item.mutations[0].module_path, item.mutations[0].operator_name, item.mutations[0].occurrence)
+        )
         chosen = {item.job_id for item in candidates[:per_module]}
         skipped = [item.job_id for item in items if item.job_id not in chosen]
         db.set_multiple_results(skipped, WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output="not in the sample"))
@@ -111,7 +141,9 @@ def report(session: Path) -> tuple[int, int]:
     survived = [(item, result) for item, result in done if result.test_outcome == TestOutcome.SURVIVED]
     for item, result in survived:
         mutation = item.mutations[0]
-        print(f"--- survived: {mutation.module_path}:{mutation.start_pos[0]} {mutation.operator_name} #{mutation.occurrence}\n{result.diff}")
+        print(
+            f"--- survived: {mutation.module_path}:{mutation.start_pos[0]} {mutation.operator_name} #{mutation.occurrence}\n{result.diff}"
+        )
     killed = len(done) - len(survived)
     print(f"{session.stem}: killed {killed} of {len(done)} ({100 * killed / max(len(done), 1):.0f}%), survived {len(survived)}", flush=True)
     return killed, len(done)

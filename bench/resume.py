@@ -9,6 +9,7 @@ only compared when the WordPiece vocabulary came out identical).
 
     .venv/bin/python bench/resume.py [--kill-at 0.5] [--mode multi_processing]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,15 +33,22 @@ STAGES = '["books","wikipedia","clean","dedup","near_dedup","documents","vocab",
 
 
 def command(out: Path, mode: str) -> list[str]:
-    sets = [f"run.output_dir={json.dumps(str(out))}", f"run.stages={STAGES}", f"books.paths=[{json.dumps(str(BOOKS))}]",
-            f"wikipedia.paths=[{json.dumps(str(WIKIPEDIA))}]", f'run.direct_running_mode="{mode}"']
+    sets = [
+        f"run.output_dir={json.dumps(str(out))}",
+        f"run.stages={STAGES}",
+        f"books.paths=[{json.dumps(str(BOOKS))}]",
+        f"wikipedia.paths=[{json.dumps(str(WIKIPEDIA))}]",
+        f'run.direct_running_mode="{mode}"',
+    ]
     return [CLI, "build", "--quiet", *[x for s in sets for x in ("--set", s)]]
 
 
 def timed_build(out: Path, mode: str, kill_after: float | None = None) -> tuple[float, bool]:
     """(wall seconds, killed); with ``kill_after`` the build's whole process group gets SIGKILL then."""
     started = time.perf_counter()
-    process = subprocess.Popen(command(out, mode), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # Beam workers log INFO
+    process = subprocess.Popen(
+        command(out, mode), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )  # Beam workers log INFO
     try:
         process.wait(timeout=kill_after)
     except subprocess.TimeoutExpired:
@@ -61,8 +69,12 @@ def running_stage(out: Path) -> str:
 
 
 def digests(out: Path, folders: list[str]) -> dict[str, str]:
-    return {p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for folder in folders for p in sorted((out / folder).rglob("*")) if p.is_file() and p.name != "manifest.json"}
+    return {
+        p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for folder in folders
+        for p in sorted((out / folder).rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
+    }
 
 
 def main() -> None:
@@ -90,8 +102,10 @@ def main() -> None:
         leftovers = [p for p in killed_out.rglob("*") if p.name.startswith((".sort-", ".work")) or ".tmp-" in p.name]
         shutil.rmtree(scratch, ignore_errors=True)
     books = len(list(BOOKS.glob("*.txt")))
-    print(f"corpus: {books} books ({sum(p.stat().st_size for p in BOOKS.glob('*.txt')) / 1e6:.1f} MB) + {WIKIPEDIA.name} "
-          f"({WIKIPEDIA.stat().st_size / 1e6:.1f} MB bz2); mode {args.mode}, {os.cpu_count()} cores")
+    print(
+        f"corpus: {books} books ({sum(p.stat().st_size for p in BOOKS.glob('*.txt')) / 1e6:.1f} MB) + {WIKIPEDIA.name} "
+        f"({WIKIPEDIA.stat().st_size / 1e6:.1f} MB bz2); mode {args.mode}, {os.cpu_count()} cores"
+    )
     print("fresh build stage seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in stage_seconds.items()))
     print(f"{'build':<44}{'wall s':>8}{'x fresh':>9}")
     print(f"{'fresh build (reference)':<44}{fresh:>8.1f}{1.0:>9.2f}")

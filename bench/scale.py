@@ -10,6 +10,7 @@ processes, so the launcher's own peak is measured).
 
     .venv/bin/python bench/scale.py --sizes 100 400 1000 --dask-size 400
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,7 +80,17 @@ def children_cpu() -> float:
 
 def build(corpus: Path, out: Path, stages: str, *extra: str, watch: list[int] | None = None) -> dict:
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [*CLI, "--quiet", "--set", f'books.paths=["{corpus}"]', "--set", f'run.output_dir="{out}"', "--set", f"run.stages={stages}", *extra]
+    cmd = [
+        *CLI,
+        "--quiet",
+        "--set",
+        f'books.paths=["{corpus}"]',
+        "--set",
+        f'run.output_dir="{out}"',
+        "--set",
+        f"run.stages={stages}",
+        *extra,
+    ]
     cpu0, t0 = children_cpu(), time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(out.with_suffix(".log"), "w"))
     watcher = PeakWatcher([proc.pid, *(watch or [])])
@@ -89,8 +100,14 @@ def build(corpus: Path, out: Path, stages: str, *extra: str, watch: list[int] | 
     if proc.returncode:
         raise SystemExit(f"build failed ({proc.returncode}): see {out.with_suffix('.log')}")
     manifest = json.loads((out / "manifest.json").read_text())
-    return {"wall": wall, "cpu": cpu, "launcher": watcher.peaks.get(proc.pid, 0), "workers": watcher.children_peak(proc.pid),
-            "others": {pid: watcher.root_peak(pid) for pid in watch or []}, "stages": manifest["stage_seconds"]}
+    return {
+        "wall": wall,
+        "cpu": cpu,
+        "launcher": watcher.peaks.get(proc.pid, 0),
+        "workers": watcher.children_peak(proc.pid),
+        "others": {pid: watcher.root_peak(pid) for pid in watch or []},
+        "stages": manifest["stage_seconds"],
+    }
 
 
 def corpus_of(size_mb: int, work: Path) -> tuple[Path, int]:
@@ -110,19 +127,44 @@ def dask_build(corpus: Path, out: Path, workers: int) -> dict:
     """The documents job on a Dask cluster whose scheduler and workers are their own processes."""
     port = free_port()
     bin_dir = Path(sys.executable).parent
-    scheduler = subprocess.Popen([str(bin_dir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    scheduler = subprocess.Popen(
+        [str(bin_dir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     time.sleep(3)
     worker_procs = [
-        subprocess.Popen([str(bin_dir / "dask"), "worker", f"127.0.0.1:{port}", "--nthreads", "1", "--nworkers", "1",
-                          "--no-dashboard", "--memory-limit", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.Popen(
+            [
+                str(bin_dir / "dask"),
+                "worker",
+                f"127.0.0.1:{port}",
+                "--nthreads",
+                "1",
+                "--nworkers",
+                "1",
+                "--no-dashboard",
+                "--memory-limit",
+                "0",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         for _ in range(workers)
     ]
     time.sleep(5)
     try:
         cpu_cluster0 = sum(_tree_cpu(p.pid) for p in [scheduler, *worker_procs])
-        result = build(corpus, out, DOCUMENTS, "--set", 'run.runner="DaskRunner"', "--set", f'run.beam_args=["--dask_client_address=127.0.0.1:{port}"]',
-                       watch=[scheduler.pid, *(p.pid for p in worker_procs)])
+        result = build(
+            corpus,
+            out,
+            DOCUMENTS,
+            "--set",
+            'run.runner="DaskRunner"',
+            "--set",
+            f'run.beam_args=["--dask_client_address=127.0.0.1:{port}"]',
+            watch=[scheduler.pid, *(p.pid for p in worker_procs)],
+        )
         result["cluster_cpu"] = sum(_tree_cpu(p.pid) for p in [scheduler, *worker_procs]) - cpu_cluster0
         result["scheduler"] = result["others"].get(scheduler.pid, 0)
         result["dask_workers"] = max((v for k, v in result["others"].items() if k != scheduler.pid), default=0)
@@ -168,20 +210,29 @@ def main() -> None:
         r = build(corpus, args.work / f"out-{size}", FULL)
         rows[size] = r
         stages = ", ".join(f"{k} {v:.0f}" for k, v in r["stages"].items() if k != "total")
-        print(f"{'full build, default mode':34} {nbytes / 2**20:8.0f} {r['wall']:7.1f} {r['cpu']:7.1f} {nbytes / 2**20 / r['cpu']:8.2f} "
-              f"{mb(r['launcher']):>11} {mb(r['workers']):>9}  {stages}", flush=True)
+        print(
+            f"{'full build, default mode':34} {nbytes / 2**20:8.0f} {r['wall']:7.1f} {r['cpu']:7.1f} {nbytes / 2**20 / r['cpu']:8.2f} "
+            f"{mb(r['launcher']):>11} {mb(r['workers']):>9}  {stages}",
+            flush=True,
+        )
     small = min(args.sizes)
     corpus, nbytes = corpus_of(small, args.work)
     inproc = build(corpus, args.work / f"out-{small}-inproc", FULL, "--set", 'run.direct_running_mode="in_memory"')
-    print(f"{'full build, in_memory (1 process)':34} {nbytes / 2**20:8.0f} {inproc['wall']:7.1f} {inproc['cpu']:7.1f} "
-          f"{nbytes / 2**20 / inproc['cpu']:8.2f} {mb(inproc['launcher']):>11} {'-':>9}", flush=True)
+    print(
+        f"{'full build, in_memory (1 process)':34} {nbytes / 2**20:8.0f} {inproc['wall']:7.1f} {inproc['cpu']:7.1f} "
+        f"{nbytes / 2**20 / inproc['cpu']:8.2f} {mb(inproc['launcher']):>11} {'-':>9}",
+        flush=True,
+    )
     if args.dask_size:
         corpus, nbytes = corpus_of(args.dask_size, args.work)
         dask = {n: dask_build(corpus, args.work / f"out-dask{n}", n) for n in (2, 1)}
         for n, r in dask.items():
-            print(f"{f'documents job, Dask {n} worker(s)':34} {nbytes / 2**20:8.0f} {r['wall']:7.1f} {r['cluster_cpu']:7.1f} "
-                  f"{nbytes / 2**20 / max(r['cluster_cpu'], 1e-9):8.2f} {mb(r['launcher']):>11} {mb(r['dask_workers']):>9}  "
-                  f"scheduler {mb(r['scheduler'])} MB", flush=True)
+            print(
+                f"{f'documents job, Dask {n} worker(s)':34} {nbytes / 2**20:8.0f} {r['wall']:7.1f} {r['cluster_cpu']:7.1f} "
+                f"{nbytes / 2**20 / max(r['cluster_cpu'], 1e-9):8.2f} {mb(r['launcher']):>11} {mb(r['dask_workers']):>9}  "
+                f"scheduler {mb(r['scheduler'])} MB",
+                flush=True,
+            )
     print("\ntargets:")
     big = max(args.sizes)
     peak = lambda r: max(r["launcher"], r["workers"])  # noqa: E731
@@ -192,8 +243,10 @@ def main() -> None:
     print(f"  end to end: {total_mb / sum(r['cpu'] for r in rows.values()):.2f} MB of input per CPU-second (target >= 1.0)")
     print(f"  default mode vs in_memory, wall at {small} MB: {inproc['wall'] / rows[small]['wall']:.2f}x (target >= 1.6 on 2 cores)")
     if args.dask_size:
-        print(f"  Dask launcher peak: {mb(dask[2]['launcher'])} MB (target <= 500); 2 workers vs 1: "
-              f"{dask[1]['wall'] / dask[2]['wall']:.2f}x (target >= 1.6)")
+        print(
+            f"  Dask launcher peak: {mb(dask[2]['launcher'])} MB (target <= 500); 2 workers vs 1: "
+            f"{dask[1]['wall'] / dask[2]['wall']:.2f}x (target >= 1.6)"
+        )
 
 
 if __name__ == "__main__":

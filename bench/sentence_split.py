@@ -6,6 +6,7 @@ Speed is characters per second on body text of the shared English books and on p
 real Wikipedia articles (shared enwiki dump). Quality is boundary precision/recall/F1 and the
 share of gold paragraphs split exactly right.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,27 +35,84 @@ from corpusforge.corpora.sentences import split_sentences  # noqa: E402
 GOLD: list[tuple[str, ...]] = [
     ("Mr. Weston's ball was to be a real thing.", "A very few to-morrows stood between the young people of Highbury and happiness."),
     ("“A solitary old bachelor,” answered Mr. Lorry, shaking his head.", "“There is nobody to weep for me.”"),
-    ("“He lies!” cried the smith.", "“He is a traitor since the decree.", "His life is forfeit to the people.", "His cursed life is not his own!”"),
-    ("In a tremble they opened the street door.", "Mr. Darling would have rushed upstairs, but Mrs. Darling signed him to go softly.", "She even tried to make her heart go softly."),
+    (
+        "“He lies!” cried the smith.",
+        "“He is a traitor since the decree.",
+        "His life is forfeit to the people.",
+        "His cursed life is not his own!”",
+    ),
+    (
+        "In a tremble they opened the street door.",
+        "Mr. Darling would have rushed upstairs, but Mrs. Darling signed him to go softly.",
+        "She even tried to make her heart go softly.",
+    ),
     ("Mrs. Vandemeyer shook her head.", "There was a strange gleam in her electric-blue eyes."),
     ("Mr. Utterson was sitting by his fireside one evening after dinner, when he was surprised to receive a visit from Poole.",),
     ("“There are two other points,” said Mr. Lorry, “on which I am anxious to be instructed.", "I may go on?”"),
     ("Mr. Knightley seemed to be trying not to smile; and succeeded without difficulty, upon Mrs. Elton's beginning to talk to him.",),
     ("Mrs. Gardiner looked at her niece with a smile, but Elizabeth could not return it.",),
-    ("“What, what?", "Are you all here?” said the lawyer peevishly.", "“Very irregular, very unseemly; your master would be far from pleased.”"),
-    ("“Come, Mr. Wickham, we are brother and sister, you know.", "Do not let us quarrel about the past.", "In future, I hope we shall be always of one mind.”"),
-    ("“Mr. Hands,” he said, “here are two of us with a brace of pistols each.", "If any one of you six make a signal of any description, that man's dead.”"),
-    ("So George determined to postpone study of the banjo until he reached home.", "But he did not get much opportunity even there.", "Mrs. P. used to come up and say she was very sorry—for herself, she liked to hear him—but the lady upstairs was in a very delicate state, and the doctor was afraid it might injure the child."),
-    ("“Mrs. Vandemeyer,” she read, “20 South Audley Mansions.", "Miss Wheeler, 43 Clapington Road, Battersea.", "She’s a lady’s maid, as far as I remember, so probably won’t be there, and, anyway, she’s not likely.”"),
-    ("Mr. Cruncher was so bewildered that he could think of no locality but Temple Bar.", "Alas!", "Temple Bar was hundreds of miles away, and Madame Defarge was drawing very near indeed."),
-    ("{455} This is the revised text adopted by Dr. Hawksworth (1766).", "The above paragraph in the original editions (1726) takes another form."),
-    ("“Yes.", "I got uneasy.", "People seemed to be watching me.", "It scared me--badly.”", "She put her hand to her head.", "“It’s almost the last thing I remember before waking up in the hospital....”"),
-    ("Mr. Lorry said what he could to calm her, and went himself into the Doctor's room.", "The bench was turned towards the light, as it had been when he had seen the shoemaker at his work before."),
-    ("\"At 6:30 to-morrow morning!\"", "We all started, for the answer came from Mrs. Harker."),
-    ("Mr. Bennet's expectations were fully answered.", "His cousin was as absurd as he had hoped, and he listened to him with the keenest enjoyment."),
-    ("“You think Mr. Brown might come along and take a hand?", "If he does, I’m ready for him.”", "He slapped his pocket.", "“I carry a gun.", "Little Willie here travels round with me everywhere.”"),
+    (
+        "“What, what?",
+        "Are you all here?” said the lawyer peevishly.",
+        "“Very irregular, very unseemly; your master would be far from pleased.”",
+    ),
+    (
+        "“Come, Mr. Wickham, we are brother and sister, you know.",
+        "Do not let us quarrel about the past.",
+        "In future, I hope we shall be always of one mind.”",
+    ),
+    (
+        "“Mr. Hands,” he said, “here are two of us with a brace of pistols each.",
+        "If any one of you six make a signal of any description, that man's dead.”",
+    ),
+    (
+        "So George determined to postpone study of the banjo until he reached home.",
+        "But he did not get much opportunity even there.",
+        "Mrs. P. used to come up and say she was very sorry—for herself, she liked to hear him—but the lady upstairs was in a very delicate state, and the doctor was afraid it might injure the child.",
+    ),
+    (
+        "“Mrs. Vandemeyer,” she read, “20 South Audley Mansions.",
+        "Miss Wheeler, 43 Clapington Road, Battersea.",
+        "She’s a lady’s maid, as far as I remember, so probably won’t be there, and, anyway, she’s not likely.”",
+    ),
+    (
+        "Mr. Cruncher was so bewildered that he could think of no locality but Temple Bar.",
+        "Alas!",
+        "Temple Bar was hundreds of miles away, and Madame Defarge was drawing very near indeed.",
+    ),
+    (
+        "{455} This is the revised text adopted by Dr. Hawksworth (1766).",
+        "The above paragraph in the original editions (1726) takes another form.",
+    ),
+    (
+        "“Yes.",
+        "I got uneasy.",
+        "People seemed to be watching me.",
+        "It scared me--badly.”",
+        "She put her hand to her head.",
+        "“It’s almost the last thing I remember before waking up in the hospital....”",
+    ),
+    (
+        "Mr. Lorry said what he could to calm her, and went himself into the Doctor's room.",
+        "The bench was turned towards the light, as it had been when he had seen the shoemaker at his work before.",
+    ),
+    ('"At 6:30 to-morrow morning!"', "We all started, for the answer came from Mrs. Harker."),
+    (
+        "Mr. Bennet's expectations were fully answered.",
+        "His cousin was as absurd as he had hoped, and he listened to him with the keenest enjoyment.",
+    ),
+    (
+        "“You think Mr. Brown might come along and take a hand?",
+        "If he does, I’m ready for him.”",
+        "He slapped his pocket.",
+        "“I carry a gun.",
+        "Little Willie here travels round with me everywhere.”",
+    ),
     ("“Goodmorning, Mrs. Thatcher.", "Goodmorning, Mrs. Harper.", "I've got a boy that's turned up missing.”"),
-    ("\"For the most trivial things, Mr. Gray, I assure you.", "Usually because I come in at ten minutes to nine and tell her that I must be dressed by half-past eight.\""),
+    (
+        '"For the most trivial things, Mr. Gray, I assure you.',
+        'Usually because I come in at ten minutes to nine and tell her that I must be dressed by half-past eight."',
+    ),
     ("He came in at last.", "Dr. Seward followed him, and St. John shut the door.", "Capt. Hardy said nothing."),
     ("The letter was signed J. H. Watson.", "It had come by the evening post."),
     ("I heard his very last words....", "I stopped in a fright."),
@@ -89,20 +147,48 @@ GOLD: list[tuple[str, ...]] = [
 # Finn) after the post-pass was written, and hand-verified. It found one error type (a split before a
 # lowercase speech attribution: “...took it?” asked Dr. ...), which the post-pass then fixed.
 HELD_OUT: list[tuple[str, ...]] = [
-    ("I shall write some letters home, and shall try to get them to have them posted.", "I have already spoken them through my window to begin acquaintanceship.", "They took their hats off and made obeisance and many signs, which, however, I could not understand any more than I could their spoken language...."),
-    ("“‘At eight o’clock,’ she said, gulping in her throat to keep down her agitation.", "‘His secretary, Mr. Stangerson, said that there were two trains--one at 9.15 and one at 11.", "He was to catch the first. [14]"),
-    ("“I declare to gracious ther' _ain't_ but nine!” she says.", "“Why, what in the world--plague _take_ the things, I'll count 'm again.”"),
+    (
+        "I shall write some letters home, and shall try to get them to have them posted.",
+        "I have already spoken them through my window to begin acquaintanceship.",
+        "They took their hats off and made obeisance and many signs, which, however, I could not understand any more than I could their spoken language....",
+    ),
+    (
+        "“‘At eight o’clock,’ she said, gulping in her throat to keep down her agitation.",
+        "‘His secretary, Mr. Stangerson, said that there were two trains--one at 9.15 and one at 11.",
+        "He was to catch the first. [14]",
+    ),
+    (
+        "“I declare to gracious ther' _ain't_ but nine!” she says.",
+        "“Why, what in the world--plague _take_ the things, I'll count 'm again.”",
+    ),
     ("Dr. Van Helsing was as startled as I was.", "After a moment's pause he asked:--"),
-    ("\"Count me in, Professor,\" said Mr. Quincey Morris, laconically as usual.",),
-    ("I wanted to secure a friend, and not to make an enemy, so I thanked him, gave the address at Dr. Seward's and came away.", "It was now dark, and I was tired and hungry.", "I got a cup of tea at the Aërated Bread Company and came down to Purfleet by the next train."),
-    ("\"What was the name of the man who took it?\" asked Dr. Van Helsing with restrained eagerness.",),
+    ('"Count me in, Professor," said Mr. Quincey Morris, laconically as usual.',),
+    (
+        "I wanted to secure a friend, and not to make an enemy, so I thanked him, gave the address at Dr. Seward's and came away.",
+        "It was now dark, and I was tired and hungry.",
+        "I got a cup of tea at the Aërated Bread Company and came down to Purfleet by the next train.",
+    ),
+    ('"What was the name of the man who took it?" asked Dr. Van Helsing with restrained eagerness.',),
     ("“Well,” she says, “I'll run down to breakfast now, and then I'll start straight for Mr. Lothrop's.”",),
     ("“For Mr. Sherlock Holmes,” he said, stepping into the room and handing my friend the letter.",),
-    ("In the hall I met Quincey Morris, with a telegram for Arthur telling him that Mrs. Westenra was dead; that Lucy also had been ill, but was now going on better; and that Van Helsing and I were with her.", "I told him where I was going, and he hurried me out, but as I was going said:--"),
+    (
+        "In the hall I met Quincey Morris, with a telegram for Arthur telling him that Mrs. Westenra was dead; that Lucy also had been ill, but was now going on better; and that Van Helsing and I were with her.",
+        "I told him where I was going, and he hurried me out, but as I was going said:--",
+    ),
     ("“Cert'nly.", "But do you mean _before_ you go to Mr. Lothrop's, or--”"),
-    ("Sherlock Holmes approached the body, and, kneeling down, examined it intently.", "“You are sure that there is no wound?” he asked, pointing to numerous gouts and splashes of blood which lay all round."),
-    ("The suit in which I had travelled was gone, and also my overcoat and rug; I could find no trace of them anywhere.", "This looked like some new scheme of villainy...."),
-    ("“Well done!” said Holmes in an encouraging voice.", "“Really, Gregson, you are getting along.", "We shall make something of you yet.”"),
+    (
+        "Sherlock Holmes approached the body, and, kneeling down, examined it intently.",
+        "“You are sure that there is no wound?” he asked, pointing to numerous gouts and splashes of blood which lay all round.",
+    ),
+    (
+        "The suit in which I had travelled was gone, and also my overcoat and rug; I could find no trace of them anywhere.",
+        "This looked like some new scheme of villainy....",
+    ),
+    (
+        "“Well done!” said Holmes in an encouraging voice.",
+        "“Really, Gregson, you are getting along.",
+        "We shall make something of you yet.”",
+    ),
 ]
 
 
@@ -193,8 +279,10 @@ def main() -> None:
         "pysbd": _pysbd(),
         "syntok": _syntok,
     }
-    print(f"gold: {len(GOLD)} paragraphs, {sum(len(g) for g in GOLD)} sentences; held out: {len(HELD_OUT)} paragraphs; "
-          f"speed text: books {len(corpus['books']):,} chars, wiki {len(corpus['wiki']):,} chars")
+    print(
+        f"gold: {len(GOLD)} paragraphs, {sum(len(g) for g in GOLD)} sentences; held out: {len(HELD_OUT)} paragraphs; "
+        f"speed text: books {len(corpus['books']):,} chars, wiki {len(corpus['wiki']):,} chars"
+    )
     rows = []
     for name, split in tqdm(splitters.items(), desc="splitters", leave=False, disable=None):  # no bar in logs
         precision, recall, f1, exact, errors = _quality(split, GOLD)
@@ -202,12 +290,16 @@ def main() -> None:
         speeds = {kind: _speed(split, text, args.repeats) for kind, text in corpus.items()}
         rows.append((name, precision, recall, f1, exact, held_f1, held_exact, speeds, errors + held_errors))
     ours = rows[0][7]
-    print(f"{'splitter':<12} {'prec':>6} {'recall':>6} {'F1':>6} {'exact':>6} {'heldF1':>6} {'hExact':>6} "
-          f"{'books chars/s':>14} {'wiki chars/s':>13} {'books ratio':>12} {'wiki ratio':>11}")
+    print(
+        f"{'splitter':<12} {'prec':>6} {'recall':>6} {'F1':>6} {'exact':>6} {'heldF1':>6} {'hExact':>6} "
+        f"{'books chars/s':>14} {'wiki chars/s':>13} {'books ratio':>12} {'wiki ratio':>11}"
+    )
     for name, precision, recall, f1, exact, held_f1, held_exact, speeds, _ in rows:
-        print(f"{name:<12} {precision:6.3f} {recall:6.3f} {f1:6.3f} {exact:6.2f} {held_f1:6.3f} {held_exact:6.2f} "
-              f"{speeds['books']:14,.0f} {speeds['wiki']:13,.0f} "
-              f"{ours['books'] / speeds['books']:11.1f}x {ours['wiki'] / speeds['wiki']:10.1f}x")
+        print(
+            f"{name:<12} {precision:6.3f} {recall:6.3f} {f1:6.3f} {exact:6.2f} {held_f1:6.3f} {held_exact:6.2f} "
+            f"{speeds['books']:14,.0f} {speeds['wiki']:13,.0f} "
+            f"{ours['books'] / speeds['books']:11.1f}x {ours['wiki'] / speeds['wiki']:10.1f}x"
+        )
     print("ratio = corpusforge speed / this splitter's speed")
     if args.errors:
         for name, *_, errors in rows:

@@ -10,6 +10,7 @@ unless --shards is given) to show the data-wait fraction next to the synthetic f
   .venv/bin/python bench/train_step.py --device cpu --steps 3
   .venv/bin/python bench/train_step.py --device cuda --steps 20 --compile
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,10 @@ def synthetic_batch(cfg: ModelConfig, batch: int, seq: int, preds: int, device: 
     g = torch.Generator().manual_seed(0)
     V = cfg.real_vocab_size
     if cfg.family == "gpt":
-        return {"input_ids": torch.randint(0, V, (batch, seq + 1), generator=g).to(device), "length": torch.full((batch,), seq + 1).to(device)}
+        return {
+            "input_ids": torch.randint(0, V, (batch, seq + 1), generator=g).to(device),
+            "length": torch.full((batch,), seq + 1).to(device),
+        }
     positions = torch.stack([torch.randperm(seq - 2, generator=g)[:preds] + 1 for _ in range(batch)]).sort(-1).values
     return {
         "input_ids": torch.randint(1000, V, (batch, seq), generator=g).to(device),
@@ -61,22 +65,30 @@ def our_loss(model: torch.nn.Module, cfg: ModelConfig) -> Callable[[dict], torch
 def hf_loss(model: torch.nn.Module, cfg: ModelConfig) -> Callable[[dict], torch.Tensor]:
     """transformers' own loss path: MLM labels over every position (-100 where not masked)."""
     if cfg.family == "gpt":
+
         def gpt(b: dict) -> torch.Tensor:
             xy = gpt_inputs(b["input_ids"], b["length"])
             logits = model(input_ids=xy["idx"]).logits
             return F.cross_entropy(logits.float().flatten(0, 1), xy["targets"].flatten(), ignore_index=-100)
+
         return gpt
 
     def bert(b: dict) -> torch.Tensor:
         labels = torch.full_like(b["input_ids"], -100).scatter_(1, b["masked_lm_positions"], b["masked_lm_ids"])
         return model(
-            input_ids=b["input_ids"], attention_mask=b["attention_mask"].long(), token_type_ids=b["token_type_ids"],
-            labels=labels, next_sentence_label=b["next_sentence_label"],
+            input_ids=b["input_ids"],
+            attention_mask=b["attention_mask"].long(),
+            token_type_ids=b["token_type_ids"],
+            labels=labels,
+            next_sentence_label=b["next_sentence_label"],
         ).loss
+
     return bert
 
 
-def time_steps(model: torch.nn.Module, loss_fn: Callable, batches: Callable[[], dict], warmup: int, steps: int, device: torch.device) -> tuple[float, float]:
+def time_steps(
+    model: torch.nn.Module, loss_fn: Callable, batches: Callable[[], dict], warmup: int, steps: int, device: torch.device
+) -> tuple[float, float]:
     """(seconds per step, fraction of the time spent waiting for the next batch)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
@@ -127,7 +139,10 @@ def bench_model(name: str, args: argparse.Namespace, device: torch.device) -> No
     rates = {label: tokens / seconds for label, seconds in best.items()}
     for label, seconds in best.items():
         mfu = f"  MFU {rates[label] * fpt / peak:6.1%}" if peak else ""
-        print(f"  {name:10s} {label:12s} batch {batch_size:4d} x {seq:4d}  {seconds * 1000:9.1f} ms/step  {rates[label]:10.0f} tokens/s{mfu}", flush=True)
+        print(
+            f"  {name:10s} {label:12s} batch {batch_size:4d} x {seq:4d}  {seconds * 1000:9.1f} ms/step  {rates[label]:10.0f} tokens/s{mfu}",
+            flush=True,
+        )
     print(f"  {name:10s} ratio ours / transformers: {rates['ours'] / rates['transformers']:.2f}x", flush=True)
 
 
@@ -137,8 +152,8 @@ def books_shards(directory: Path) -> Path:
     from apache_beam.options.pipeline_options import PipelineOptions
     from tokenizers.implementations import BertWordPieceTokenizer
 
-    from corpusforge.corpora.books import read_book
     from corpusforge.config import BertConfig, ShardsConfig
+    from corpusforge.corpora.books import read_book
     from corpusforge.pipeline.documents_io import documents_table
     from corpusforge.pipeline.examples_stage import write_bert_shards
 
@@ -169,7 +184,9 @@ def bench_stream(args: argparse.Namespace, device: torch.device) -> None:
         model = build_model(cfg).to(device)
         loader = iter(DataLoader(stream, batch_size=None, num_workers=args.num_workers, pin_memory=device.type == "cuda"))
         steps = max(args.steps, 20)
-        real, wait = time_steps(model, our_loss(model, cfg), lambda: to_model_inputs(next(loader), device, "bert"), args.warmup, steps, device)
+        real, wait = time_steps(
+            model, our_loss(model, cfg), lambda: to_model_inputs(next(loader), device, "bert"), args.warmup, steps, device
+        )
         fixed = to_model_inputs(next(loader), device, "bert")
         synthetic, _ = time_steps(model, our_loss(model, cfg), lambda: fixed, args.warmup, steps, device)
     tokens = batch_size * seq
@@ -194,7 +211,9 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.backends.cuda.matmul.allow_tf32 = True
-    print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else f'{torch.get_num_threads()} threads'}), torch {torch.__version__}")
+    print(
+        f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else f'{torch.get_num_threads()} threads'}), torch {torch.__version__}"
+    )
     print("synthetic batches, full optimizer steps (forward + backward + AdamW):")
     for name in args.models:
         bench_model(name, args, device)

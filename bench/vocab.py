@@ -9,6 +9,7 @@ articles. Training MB/s (CPU seconds, tokenizers single-threaded) is printed for
 / ``train_bpe`` and for HF's ``BertWordPieceTokenizer`` / ``ByteLevelBPETokenizer`` trained on the
 same text in the same command, with our overhead as a ratio.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,7 +39,9 @@ WIKI = SHARED / "wikipedia" / "enwiki-latest-pages-articles1.xml-p000000010p0000
 
 
 def books() -> list[str]:
-    return [strip_gutenberg(p.read_text(encoding="utf-8-sig").replace("\r\n", "\n")) for p in sorted((SHARED / "books" / "en").glob("*.txt"))]
+    return [
+        strip_gutenberg(p.read_text(encoding="utf-8-sig").replace("\r\n", "\n")) for p in sorted((SHARED / "books" / "en").glob("*.txt"))
+    ]
 
 
 def wikipedia(count: int) -> list[str]:
@@ -70,24 +73,36 @@ def main() -> None:
     train, held_books = texts[: args.train_books], texts[args.train_books :]
     held = {"books (held out)": held_books, "wikipedia": wikipedia(args.wiki_articles)}
     megabytes = sum(len(t.encode("utf-8")) for t in train) / 1e6
-    print(f"training text: {len(train)} books, {megabytes:.2f} MB; held out: {len(held_books)} books, {len(held['wikipedia'])} Wikipedia articles")
+    print(
+        f"training text: {len(train)} books, {megabytes:.2f} MB; held out: {len(held_books)} books, {len(held['wikipedia'])} Wikipedia articles"
+    )
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         wp_dir, wp_ours = timed(train_wordpiece, train, tmp / "wp", args.wordpiece_size)
         hf_wp = BertWordPieceTokenizer(lowercase=True)
-        _, wp_hf = timed(hf_wp.train_from_iterator, train, vocab_size=args.wordpiece_size, special_tokens=BERT_SPECIALS, show_progress=False)
+        _, wp_hf = timed(
+            hf_wp.train_from_iterator, train, vocab_size=args.wordpiece_size, special_tokens=BERT_SPECIALS, show_progress=False
+        )
         bpe_dir, bpe_ours = timed(train_bpe, train, tmp / "bpe", args.bpe_size)
         hf_bpe = ByteLevelBPETokenizer()
-        _, bpe_hf = timed(hf_bpe.train_from_iterator, train, vocab_size=args.bpe_size, special_tokens=["<|endoftext|>"], show_progress=False)
+        _, bpe_hf = timed(
+            hf_bpe.train_from_iterator, train, vocab_size=args.bpe_size, special_tokens=["<|endoftext|>"], show_progress=False
+        )
 
         print(f"\ntraining speed (CPU s)         {'ours':>10}{'HF direct':>12}{'ours MB/s':>11}{'HF MB/s':>9}{'overhead':>10}")
         for name, ours, hf in (("wordpiece", wp_ours, wp_hf), ("bpe", bpe_ours, bpe_hf)):
             print(f"{name:30}{ours:10.2f}{hf:12.2f}{megabytes / ours:11.2f}{megabytes / hf:9.2f}{ours / hf - 1:+10.1%}")
 
         references = {
-            "wordpiece": (Tokenizer.from_file(str(wp_dir / "tokenizer.json")), BertWordPieceTokenizer(str(SHARED / "vocab" / "bert-base-uncased" / "vocab.txt"), lowercase=True)),
-            "bpe": (Tokenizer.from_file(str(bpe_dir / "tokenizer.json")), ByteLevelBPETokenizer(str(SHARED / "vocab" / "gpt2" / "vocab.json"), str(SHARED / "vocab" / "gpt2" / "merges.txt"))),
+            "wordpiece": (
+                Tokenizer.from_file(str(wp_dir / "tokenizer.json")),
+                BertWordPieceTokenizer(str(SHARED / "vocab" / "bert-base-uncased" / "vocab.txt"), lowercase=True),
+            ),
+            "bpe": (
+                Tokenizer.from_file(str(bpe_dir / "tokenizer.json")),
+                ByteLevelBPETokenizer(str(SHARED / "vocab" / "gpt2" / "vocab.json"), str(SHARED / "vocab" / "gpt2" / "merges.txt")),
+            ),
         }
         ours_vocab = {
             "wordpiece": set((wp_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()),

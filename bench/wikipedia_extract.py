@@ -9,6 +9,7 @@ in its default command line; the excerpt holds no template pages, so templates e
 
     .venv/bin/python bench/wikipedia_extract.py --seconds 30
 """
+
 from __future__ import annotations
 
 import argparse

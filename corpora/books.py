@@ -6,6 +6,7 @@ are separated by one blank line, the project-wide text convention. A file that c
 or parsed becomes a ``Reject`` (``read_error``, ``decode_error``, ``parse_error``, ``empty``)
 so the pipeline can account for every input file; nothing here raises on bad content.
 """
+
 from __future__ import annotations
 
 import re
@@ -28,9 +29,7 @@ _PARAGRAPH_BREAK = re.compile(r"\n[ \t\f\v]*\n")
 _BLOCK_TAGS = ("p", "div", "h1", "h2", "h3", "h4", "h5", "h6", "li", "blockquote", "pre", "dd", "dt", "td", "th", "figcaption")
 
 
-def list_book_files(
-    root: Path, extensions: Sequence[str] = (".txt", ".epub"), counts: Counter[str] | None = None
-) -> list[Path]:
+def list_book_files(root: Path, extensions: Sequence[str] = (".txt", ".epub"), counts: Counter[str] | None = None) -> list[Path]:
     """Every book file under ``root`` (or ``root`` itself if it is a file), sorted by relative path;
     each file listed counts one into ``counts["inputs"]`` (a book is one input)."""
     root = Path(root)
@@ -51,7 +50,9 @@ def list_book_files(
 
 
 def read_books(
-    root: Path, extensions: Sequence[str] = (".txt", ".epub"), progress: bool = False,
+    root: Path,
+    extensions: Sequence[str] = (".txt", ".epub"),
+    progress: bool = False,
     counts: Counter[str] | None = None,
 ) -> Iterator[Document | Reject]:
     """One Document (or Reject) per book file under ``root``, in sorted path order; the files listed

@@ -4,6 +4,7 @@ Normalising before deduplication and tokenisation means two copies of a text tha
 mojibake, stray control characters or line wrapping count as the same text, and the vocabulary
 is not spent on encoding accidents.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -6,6 +6,7 @@ always ends with a string, except for content that is not text at all (binary ju
 ``.txt``): that raises ``BinaryContentError`` so the reader can count it as a reject instead of
 feeding replacement characters into the corpus.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -32,7 +33,7 @@ def decode_bytes(data: bytes) -> str:
 
 def _decode(data: bytes) -> str:
     if data.startswith(codecs.BOM_UTF8):
-        return data[len(codecs.BOM_UTF8):].decode("utf-8", errors="replace")
+        return data[len(codecs.BOM_UTF8) :].decode("utf-8", errors="replace")
     if data.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):  # before UTF-16: FF FE 00 00 starts both
         return data.decode("utf-32", errors="replace")
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):

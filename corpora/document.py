@@ -5,6 +5,7 @@ Readers yield ``Document`` or ``Reject`` so that every input record is accounted
 where they read them (``count_input``), never from what they yield, so a record lost on the way
 shows up as a mismatch. A damaged remainder of a file (``corrupt_input``) counts as one input.
 """
+
 from __future__ import annotations
 
 import hashlib

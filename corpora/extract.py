@@ -15,6 +15,7 @@ backtracking) cannot stall the Beam worker: past ``timeout_s`` the worker is kil
 started, and the page rejected as ``extraction_timeout``. Then ftfy repairs mojibake, py3langid checks
 the language, and the Gopher-style rules in :mod:`corpora.quality` drop what is left.
 """
+
 from __future__ import annotations
 
 import html as html_entities
@@ -28,12 +29,14 @@ from collections.abc import Callable
 import ftfy
 import trafilatura
 
+from corpusforge.config import ExtractConfig
 from corpusforge.corpora.language import detect_language
 from corpusforge.corpora.quality import quality_reject
-from corpusforge.config import ExtractConfig
 
 # C1 control characters, or a UTF-8 lead byte read as Latin-1 followed by a continuation byte ("Ã©", "â€").
-_MOJIBAKE = re.compile("[\x80-\x9f]|[\xc2-\xf4][\x80-\xbf\u0152\u0153\u0160\u0161\u0178\u017d\u017e\u0192\u02c6\u02dc\u2013-\u203a\u20ac\u2122]")
+_MOJIBAKE = re.compile(
+    "[\x80-\x9f]|[\xc2-\xf4][\x80-\xbf\u0152\u0153\u0160\u0161\u0178\u017d\u017e\u0192\u02c6\u02dc\u2013-\u203a\u20ac\u2122]"
+)
 
 _TABLE_RULE = re.compile(r"[\s|:-]*")  # the "|---|---|" line under a header row
 _META_TAG = re.compile(rb"<meta\s[^<>]*>", re.IGNORECASE)  # no "<" inside: scans never overlap, time stays linear
@@ -54,8 +57,7 @@ Extractor = Callable[..., "str | None"]  # (html, url, **trafilatura_options(cfg
 
 def trafilatura_options(cfg: ExtractConfig) -> dict[str, object]:
     """The picklable extraction settings sent to the worker with each page."""
-    return {"favor": cfg.favor, "include_tables": cfg.include_tables, "fast": cfg.fast,
-            "navigation_fallback": cfg.navigation_fallback}
+    return {"favor": cfg.favor, "include_tables": cfg.include_tables, "fast": cfg.fast, "navigation_fallback": cfg.navigation_fallback}
 
 
 def _trafilatura(html: bytes, url: str, favor: str, include_tables: bool, fast: bool) -> str | None:
@@ -65,9 +67,7 @@ def _trafilatura(html: bytes, url: str, favor: str, include_tables: bool, fast: 
     get a second try: an empty page is a certain loss, a balanced extraction usually is not.
     """
     options = {"include_comments": False, "include_formatting": False, "include_tables": include_tables, "fast": fast}
-    text = trafilatura.extract(
-        html, url=url or None, favor_precision=favor == "precision", favor_recall=favor == "recall", **options
-    )
+    text = trafilatura.extract(html, url=url or None, favor_precision=favor == "precision", favor_recall=favor == "recall", **options)
     if not text and favor == "precision":
         text = trafilatura.extract(html, url=url or None, **options)
     return text
@@ -93,7 +93,11 @@ def looks_like_navigation(text: str, html: bytes) -> bool:
 
 
 def trafilatura_text(
-    html: bytes, url: str, favor: str = "balanced", include_tables: bool = True, fast: bool = True,
+    html: bytes,
+    url: str,
+    favor: str = "balanced",
+    include_tables: bool = True,
+    fast: bool = True,
     navigation_fallback: bool = True,
 ) -> str | None:
     """The fast path's text; a page whose fast extraction is navigation gets the full fallback, and

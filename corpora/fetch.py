@@ -10,6 +10,7 @@ are read raw (no auto-decompression) with a byte cap while streaming; decoding h
 Politeness: global and per-host concurrency, a minimum gap between request starts per host
 (raised to robots.txt Crawl-delay, capped), bounded retries with backoff on 429 (Retry-After) and 5xx.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -63,8 +64,15 @@ class AddressPolicy:
             ip = ip.ipv4_mapped  # type: ignore[union-attr]
         if host.lower() in self.allow_hosts or any(ip in net for net in self.allow_networks):
             return
-        if (ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_multicast or ip.is_reserved
-                or ip.is_unspecified or not ip.is_global):
+        if (
+            ip.is_loopback
+            or ip.is_private
+            or ip.is_link_local
+            or ip.is_multicast
+            or ip.is_reserved
+            or ip.is_unspecified
+            or not ip.is_global
+        ):
             raise BlockedAddress(f"{host} -> {ip} is not a public address")
 
 
@@ -147,16 +155,21 @@ class Fetcher:
         self.slots = asyncio.Semaphore(config.concurrency)
         self.gates: dict[str, HostGate] = {}
         self.robots: dict[str, asyncio.Task[Protego | None]] = {}
-        connector = aiohttp.TCPConnector(resolver=self.resolver, limit=config.concurrency,
-                                         limit_per_host=config.per_host_concurrency, ttl_dns_cache=300)
+        connector = aiohttp.TCPConnector(
+            resolver=self.resolver, limit=config.concurrency, limit_per_host=config.per_host_concurrency, ttl_dns_cache=300
+        )
         self.session = aiohttp.ClientSession(
             connector=connector,
             auto_decompress=False,
             cookie_jar=aiohttp.DummyCookieJar(),
-            timeout=aiohttp.ClientTimeout(total=config.total_timeout_s, sock_connect=config.connect_timeout_s,
-                                          sock_read=config.read_timeout_s),
-            headers={"User-Agent": config.user_agent, "Accept": "text/html,application/xhtml+xml;q=0.9,*/*;q=0.1",
-                     "Accept-Encoding": "gzip, deflate"},
+            timeout=aiohttp.ClientTimeout(
+                total=config.total_timeout_s, sock_connect=config.connect_timeout_s, sock_read=config.read_timeout_s
+            ),
+            headers={
+                "User-Agent": config.user_agent,
+                "Accept": "text/html,application/xhtml+xml;q=0.9,*/*;q=0.1",
+                "Accept-Encoding": "gzip, deflate",
+            },
         )
 
     async def close(self) -> None:
@@ -179,16 +192,16 @@ class Fetcher:
         try:
             async with asyncio.timeout(None) as deadline:
                 clock = _UrlClock(deadline, self.config.url_deadline_s)
-                return await self._follow(url, self.config.content_types, self.config.max_body_bytes,
-                                          check_robots=True, clock=clock)
+                return await self._follow(url, self.config.content_types, self.config.max_body_bytes, check_robots=True, clock=clock)
         except TimeoutError:
             return Capture(url=url, reason="timeout", detail=f"over {self.config.url_deadline_s}s deadline")
         except Exception as error:  # noqa: BLE001 - one URL's surprise must not end its batch
             log.warning("fetching %s failed unexpectedly", url, exc_info=True)
             return Capture(url=url, reason="fetch_error", detail=f"{type(error).__name__}: {error}"[:300])
 
-    async def _follow(self, url: str, content_types: list[str], max_bytes: int, *, check_robots: bool,
-                      clock: _UrlClock | None = None) -> Capture:
+    async def _follow(
+        self, url: str, content_types: list[str], max_bytes: int, *, check_robots: bool, clock: _UrlClock | None = None
+    ) -> Capture:
         current = url
         for _ in range(self.config.max_redirects + 1):
             refusal = await self._refuse(current, check_robots, clock)
@@ -218,8 +231,9 @@ class Fetcher:
         async with clock.running() if clock is not None else contextlib.nullcontext():
             return await self._check_host(url, parts.scheme, parts.netloc, parts.hostname, port, check_robots)
 
-    async def _check_host(self, url: str, scheme: str, netloc: str, host: str, port: int | None,
-                          check_robots: bool) -> tuple[str, str] | None:
+    async def _check_host(
+        self, url: str, scheme: str, netloc: str, host: str, port: int | None, check_robots: bool
+    ) -> tuple[str, str] | None:
         try:
             literal = _literal_ip(host)
             if literal is not None:
@@ -263,8 +277,7 @@ class Fetcher:
             self.gates[netloc].delay = self.config.per_host_delay_s
         return self.gates[netloc]
 
-    async def _request_with_retries(self, url: str, content_types: list[str], max_bytes: int,
-                                    clock: _UrlClock | None) -> Capture:
+    async def _request_with_retries(self, url: str, content_types: list[str], max_bytes: int, clock: _UrlClock | None) -> Capture:
         gate = self._gate(urlsplit(url).netloc)
         for attempt in range(self.config.retries + 1):
             async with gate.slots:
@@ -298,8 +311,7 @@ class Fetcher:
             async with self.session.get(url, allow_redirects=False) as response:
                 peer = response.connection.transport.get_extra_info("peername") if response.connection else None
                 headers = tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers)
-                base = dict(url=url, final_url=str(response.url), status=response.status, headers=headers,
-                            ip=peer[0] if peer else "")
+                base = dict(url=url, final_url=str(response.url), status=response.status, headers=headers, ip=peer[0] if peer else "")
                 if response.status in REDIRECTS:
                     return Capture(**base)
                 if response.status >= 400 or response.status < 200:
@@ -374,8 +386,9 @@ def html_to_text(body: bytes, content_type: str) -> tuple[str, str]:
     return body.decode(charset, errors="replace"), charset
 
 
-def decode_page(capture: Capture, max_decoded: int, content_types: Iterable[str] = ("text/html", "application/xhtml+xml")
-                ) -> tuple[str | None, str]:
+def decode_page(
+    capture: Capture, max_decoded: int, content_types: Iterable[str] = ("text/html", "application/xhtml+xml")
+) -> tuple[str | None, str]:
     """A captured response as text: (html, "") or (None, reject reason). Re-checks status and type,
     since foreign WARCs also hold redirects, errors and images."""
     if capture.reason:

@@ -7,6 +7,7 @@ start marker wrapped over two lines, ``End of Project Gutenberg's ...`` / ``End 
 Gutenberg EBook of ...`` lines before the end marker) plus the older ``*END*THE SMALL PRINT!``
 header terminator. Text without any marker is returned whole.
 """
+
 from __future__ import annotations
 
 import re
@@ -81,4 +82,4 @@ def _drop_leading_credits(body: str) -> str:
         if _CREDIT_OPENING.match(paragraph.strip()) or _CREDIT_ANYWHERE.search(paragraph):
             last_credit = i
         offset += len(paragraph) + 2
-    return "\n\n".join(paragraphs[last_credit + 1:]).strip("\n")
+    return "\n\n".join(paragraphs[last_credit + 1 :]).strip("\n")

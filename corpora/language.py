@@ -4,6 +4,7 @@ Whole books are hundreds of kilobytes; a few evenly spaced windows identify the 
 as the full text at a fraction of the cost, and the windows skip past a front matter (title page,
 contents) that is short and often in another script or language.
 """
+
 from __future__ import annotations
 
 from functools import cache

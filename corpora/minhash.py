@@ -19,6 +19,7 @@ The permutation step is shared: the low 32 bits of ``a*h + b`` need only uint32 
 fold ``mod 2^61 - 1`` adds at most 7 to them, so only each permutation's argmin (and any shingle
 within 7 of it) goes through datasketch's exact 64-bit formula (see :meth:`MinHasher.hash_values`).
 """
+
 from __future__ import annotations
 
 import re
@@ -246,10 +247,7 @@ def shingle_set(text: str, ngram: int = 5) -> np.ndarray:
 def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``(a, b)`` of datasketch's legacy scheme, drawn in the same order from the same generator."""
     gen = np.random.RandomState(seed)
-    pairs = [
-        (gen.randint(1, MERSENNE_PRIME, dtype=np.uint64), gen.randint(0, MERSENNE_PRIME, dtype=np.uint64))
-        for _ in range(num_perm)
-    ]
+    pairs = [(gen.randint(1, MERSENNE_PRIME, dtype=np.uint64), gen.randint(0, MERSENNE_PRIME, dtype=np.uint64)) for _ in range(num_perm)]
     a, b = np.array(pairs, dtype=np.uint64).T
     return np.ascontiguousarray(a), np.ascontiguousarray(b)
 

@@ -5,6 +5,7 @@ Why these: they are cheap, language-light rules that remove what main-content ex
 through -- link lists and navigation (short, few alphabetic words), code and tables (long or symbol-heavy
 "words"), SEO and teaser pages (many lines cut off with an ellipsis).
 """
+
 from __future__ import annotations
 
 import re

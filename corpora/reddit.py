@@ -6,6 +6,7 @@ so parsing reads only the fields WebText needs and treats anything else as noise
 OpenWebText2 (karma summed over every submission of a canonical URL) or OpenWebText (any single
 submission reaching the threshold).
 """
+
 from __future__ import annotations
 
 import bz2
@@ -235,8 +236,10 @@ def _parse_line(line: bytes | None, where: str) -> Submission | Reject:
 
 
 def _format_error(path: Path, lines: str) -> str:
-    return (f"{path}: none of its {lines} lines is a Reddit submission; expected a Pushshift submissions "
-            "dump (RS_*): one JSON object per line with id, url and title, as .zst, .xz, .bz2, .gz or plain NDJSON")
+    return (
+        f"{path}: none of its {lines} lines is a Reddit submission; expected a Pushshift submissions "
+        "dump (RS_*): one JSON object per line with id, url and title, as .zst, .xz, .bz2, .gz or plain NDJSON"
+    )
 
 
 def screen(submission: Submission, blocklist: Blocklist, exclude_over_18: bool) -> tuple[str, Submission] | Reject:

@@ -25,6 +25,7 @@ lowercase speech attribution. The post-pass adds the first kind of boundary and 
 Boundaries are positions in the original paragraph, so the sentences always cover every
 non-space character of the input, in order; a paragraph boundary is always a sentence boundary.
 """
+
 from __future__ import annotations
 
 import re
@@ -36,8 +37,7 @@ _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 # Lower-cased abbreviations (without the final period) that do not end a sentence when a
 # capitalised word or a number follows: titles, and reference words that precede a number.
 _TITLES = (
-    "mr mrs ms messrs mme mlle dr st mt ft capt col gen lt maj sgt cmdr adm gov pres rev hon prof sr jr "
-    "sen rep supt insp fr"
+    "mr mrs ms messrs mme mlle dr st mt ft capt col gen lt maj sgt cmdr adm gov pres rev hon prof sr jr sen rep supt insp fr"
 ).split()
 _REFERENCES = "no nos vol vols ch chap p pp fig figs sec art para ed eds approx vs cf e.g i.e viz univ".split()
 _MONTHS = "jan feb mar apr jun jul aug sep sept oct nov dec".split()  # only before a day or year
@@ -45,9 +45,7 @@ _ABBREVIATIONS = frozenset(_TITLES + _REFERENCES)
 _LOOKBEHIND = 40  # characters around a cut that decide it; long paragraphs are never copied whole
 
 # A sentence end that blingfire missed: ., ! or ? (and closing quotes) then a title or initials.
-_MISSED_END = re.compile(
-    r"(?P<end>[.!?]+[\"'”’)\]]*)\s+(?=(?:" + "|".join(t.capitalize() for t in _TITLES) + r")\.\s|[A-Z]\.\s?[A-Z])"
-)
+_MISSED_END = re.compile(r"(?P<end>[.!?]+[\"'”’)\]]*)\s+(?=(?:" + "|".join(t.capitalize() for t in _TITLES) + r")\.\s|[A-Z]\.\s?[A-Z])")
 
 
 def split_sentences(text: str) -> list[str]:

@@ -10,6 +10,7 @@ Only the key is canonical. The URL that is fetched is the spelling that was subm
 linked (``index.ssf?/base/news-3/1180.xml&coll=1`` breaks once its slashes are encoded, its bare key
 given ``=`` or its parameters reordered).
 """
+
 from __future__ import annotations
 
 import functools
@@ -30,12 +31,48 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 # Query parameters that only track the click, never select content.
 TRACKING_PARAMS = frozenset(
     {
-        "fbclid", "gclid", "gclsrc", "dclid", "msclkid", "yclid", "twclid", "igshid", "mc_cid", "mc_eid",
-        "_ga", "_gl", "_hsenc", "_hsmi", "_openstat", "ref_src", "ref_url", "cmpid", "wt.mc_id",
-        "spm", "scid", "ncid", "sr_share", "share", "smid", "s_cid", "ito", "vero_id", "oly_anon_id",
-        "oly_enc_id", "rb_clickid", "mkt_tok", "trk", "trkcampaign",
+        "fbclid",
+        "gclid",
+        "gclsrc",
+        "dclid",
+        "msclkid",
+        "yclid",
+        "twclid",
+        "igshid",
+        "mc_cid",
+        "mc_eid",
+        "_ga",
+        "_gl",
+        "_hsenc",
+        "_hsmi",
+        "_openstat",
+        "ref_src",
+        "ref_url",
+        "cmpid",
+        "wt.mc_id",
+        "spm",
+        "scid",
+        "ncid",
+        "sr_share",
+        "share",
+        "smid",
+        "s_cid",
+        "ito",
+        "vero_id",
+        "oly_anon_id",
+        "oly_enc_id",
+        "rb_clickid",
+        "mkt_tok",
+        "trk",
+        "trkcampaign",
         # seen on the 2005 dumps: nytimes.com (partner, emc, ex, en, ei), wired.com (tw), cnn.com (cnn)
-        "partner", "emc", "ex", "en", "ei", "tw", "cnn",
+        "partner",
+        "emc",
+        "ex",
+        "en",
+        "ei",
+        "tw",
+        "cnn",
     }
 )
 TRACKING_PREFIXES = ("utm_", "pk_", "mtm_", "piwik_", "hmb_", "ga_", "itm_", "at_")

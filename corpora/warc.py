@@ -7,6 +7,7 @@ replay finds a capture by the URL it would have fetched. Foreign WARCs (wget, Co
 by their target URI. The index can key captures canonically, so that a page captured under another
 spelling (parameter order, an empty parameter, a ``#fragment``) is still found. Files are written under a temporary name and renamed when complete.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -82,16 +83,22 @@ class WarcFile:
         if capture.reason:
             payload = json.dumps({"reason": capture.reason, "detail": capture.detail, "final_url": capture.final_url})
             record = self.writer.create_warc_record(
-                capture.url, "metadata", payload=io.BytesIO(payload.encode("utf-8")),
-                warc_content_type=FAILURE_TYPE, warc_headers_dict=warc_headers,
+                capture.url,
+                "metadata",
+                payload=io.BytesIO(payload.encode("utf-8")),
+                warc_content_type=FAILURE_TYPE,
+                warc_headers_dict=warc_headers,
             )
         else:
             headers = [(_ascii(k), _ascii(v)) for k, v in capture.headers if k.lower() not in HOP_HEADERS]
             headers.append(("Content-Length", str(len(capture.body))))
             http_headers = StatusAndHeaders(str(capture.status), headers, protocol="HTTP/1.1")
             record = self.writer.create_warc_record(
-                capture.final_url or capture.url, "response", payload=io.BytesIO(capture.body),
-                http_headers=http_headers, warc_headers_dict=warc_headers,
+                capture.final_url or capture.url,
+                "response",
+                payload=io.BytesIO(capture.body),
+                http_headers=http_headers,
+                warc_headers_dict=warc_headers,
             )
         self.writer.write_record(record)
         record_id = record.rec_headers.get_header("WARC-Record-ID")
@@ -126,12 +133,21 @@ def _to_capture(record, max_bytes: int) -> Capture | None:  # type: ignore[no-un
     headers = record.rec_headers
     target = headers.get_header("WARC-Target-URI") or ""
     requested = headers.get_header(REQUEST_URI) or target
-    common = dict(url=requested, date=headers.get_header("WARC-Date") or "", ip=headers.get_header("WARC-IP-Address") or "",
-                  record_id=headers.get_header("WARC-Record-ID") or "")
+    common = dict(
+        url=requested,
+        date=headers.get_header("WARC-Date") or "",
+        ip=headers.get_header("WARC-IP-Address") or "",
+        record_id=headers.get_header("WARC-Record-ID") or "",
+    )
     if record.rec_type == "response" and record.http_headers is not None:
         http = record.http_headers
-        return Capture(final_url=target, status=int(http.get_statuscode() or 0), headers=tuple(http.headers),
-                       body=_payload(record, max_bytes), **common)
+        return Capture(
+            final_url=target,
+            status=int(http.get_statuscode() or 0),
+            headers=tuple(http.headers),
+            body=_payload(record, max_bytes),
+            **common,
+        )
     if record.rec_type == "metadata" and headers.get_header("Content-Type") == FAILURE_TYPE:
         info = json.loads(record.content_stream().read().decode("utf-8"))
         return Capture(final_url=info.get("final_url", ""), reason=info["reason"], detail=info.get("detail", ""), **common)

@@ -11,6 +11,7 @@ Ids are ``make_id("wikipedia", f"{dbname}:{page_id}")`` with the ``<dbname>`` of
 siteinfo (e.g. ``enwiki``), so they survive renaming the file; a dump without siteinfo falls
 back to the file name without its suffixes.
 """
+
 from __future__ import annotations
 
 import bz2
@@ -111,8 +112,9 @@ def read_range(
     Each ``</page>`` read, each page the XML breaks in (``malformed_xml``, reading resumes at the
     next ``<page>``) and a damaged or cut end (``corrupt_input``) counts one into ``counts["inputs"]``.
     """
-    reader = _RangeReader(r, partial(_page, keep_headings=keep_headings, drop_disambiguation=drop_disambiguation,
-                                     budget_s=page_budget_s), counts)
+    reader = _RangeReader(
+        r, partial(_page, keep_headings=keep_headings, drop_disambiguation=drop_disambiguation, budget_s=page_budget_s), counts
+    )
     try:
         yield from reader.records()
     except (OSError, EOFError, ET.ParseError, ValueError, LookupError) as error:
@@ -127,8 +129,7 @@ class _RangeReader:
     page becomes one reject and a fresh parser resumes at the next ``<page>``, primed with the
     dump's own prologue (declaration, root element, siteinfo) for its encoding and namespaces."""
 
-    def __init__(self, r: DumpRange, convert: Callable[[ET.Element, _SiteInfo], Document | Reject],
-                 counts: Counter[str] | None) -> None:
+    def __init__(self, r: DumpRange, convert: Callable[[ET.Element, _SiteInfo], Document | Reject], counts: Counter[str] | None) -> None:
         self.r, self.convert, self.counts = r, convert, counts
         self.site: _SiteInfo | None = None
         self.head = b""  # the document's first bytes: its BOM or XML declaration
@@ -186,7 +187,7 @@ class _RangeReader:
                     return
                 yield self._damaged_reject(resume)
                 self._restart(resume)
-            data = self.buffer[self.fed - self.base:]
+            data = self.buffer[self.fed - self.base :]
             self.fed = self.base + len(self.buffer)
             try:
                 self.parser.feed(bytes(data))
@@ -195,7 +196,7 @@ class _RangeReader:
                 if not self.prologue:  # broken before the first page: nothing to resume with
                     raise
                 start = self.starts[0] if self.starts else self.fed
-                head = bytes(self.buffer[start - self.base:][:DAMAGED_HEAD_BYTES])
+                head = bytes(self.buffer[start - self.base :][:DAMAGED_HEAD_BYTES])
                 self.damaged = (start, head, error)
                 continue
             self._trim(self.starts[0] if self.starts else self.fed - len(self.marker))
@@ -231,8 +232,13 @@ class _RangeReader:
         site_key = self.site.key if self.site else Path(self.r.path).name
         count_input(self.counts)
         self.damaged = None
-        return Reject(make_id(SOURCE, f"{site_key}:{page_id}" if page_id else f"{self.r.path}@{start}:damaged"),
-                      SOURCE, "malformed_xml", f"byte {start}: {_describe(error)}", title or f"{self.r.path}@{start}")
+        return Reject(
+            make_id(SOURCE, f"{site_key}:{page_id}" if page_id else f"{self.r.path}@{start}:damaged"),
+            SOURCE,
+            "malformed_xml",
+            f"byte {start}: {_describe(error)}",
+            title or f"{self.r.path}@{start}",
+        )
 
     def _restart(self, resume: int) -> None:
         """A fresh parser primed with the prologue, fed on from the <page> at ``resume``."""
@@ -451,8 +457,7 @@ def _page(
     if drop_disambiguation and (_DISAMBIGUATION.search(wikitext) or title.endswith("(disambiguation)")):
         return Reject(doc_id, SOURCE, "disambiguation", "", title)
     try:
-        text = wikitext_to_text(wikitext, keep_headings=keep_headings, media_prefixes=site.media_prefixes,
-                                budget_s=budget_s)
+        text = wikitext_to_text(wikitext, keep_headings=keep_headings, media_prefixes=site.media_prefixes, budget_s=budget_s)
     except MarkupTimeout as error:
         return Reject(doc_id, SOURCE, "markup_timeout", str(error), title)
     except Exception as error:  # noqa: BLE001 - one bad page must never stop a dump

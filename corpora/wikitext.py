@@ -7,6 +7,7 @@ corpora want running prose, so everything that is not prose is dropped rather th
 templates (infoboxes, citations, navboxes), tables, references, files, categories,
 interlanguage links, math and galleries. Link and formatting markup is reduced to its text.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -18,31 +19,98 @@ from collections.abc import Callable, Iterable
 
 # Tags whose whole content is not prose (a ``<ref>`` is a citation, ``<math>`` is TeX, ...).
 DROPPED_TAGS = (
-    "ref", "references", "math", "chem", "ce", "gallery", "timeline", "score", "graph", "imagemap",
-    "templatestyles", "mapframe", "maplink", "syntaxhighlight", "source", "hiero", "inputbox",
-    "categorytree", "indicator", "section", "table",
+    "ref",
+    "references",
+    "math",
+    "chem",
+    "ce",
+    "gallery",
+    "timeline",
+    "score",
+    "graph",
+    "imagemap",
+    "templatestyles",
+    "mapframe",
+    "maplink",
+    "syntaxhighlight",
+    "source",
+    "hiero",
+    "inputbox",
+    "categorytree",
+    "indicator",
+    "section",
+    "table",
 )
 
 # Link prefixes that put an image or a category on the page instead of text: the canonical
 # English names plus common localized namespace names; ``wikitext_to_text`` takes more.
-MEDIA_PREFIXES = frozenset({
-    "file", "image", "media", "category",
-    "tập tin", "hình", "thể loại", "phương tiện",  # vi
-    "файл", "изображение", "категория", "медия",  # bg, ru
-    "datei", "bild", "kategorie",  # de
-    "fichier", "catégorie",  # fr
-    "archivo", "imagen", "categoría",  # es
-    "ficheiro", "arquivo", "categoria",  # pt, it
-    "plik", "kategoria",  # pl
-    "bestand", "categorie",  # nl
-})
+MEDIA_PREFIXES = frozenset(
+    {
+        "file",
+        "image",
+        "media",
+        "category",
+        "tập tin",
+        "hình",
+        "thể loại",
+        "phương tiện",  # vi
+        "файл",
+        "изображение",
+        "категория",
+        "медия",  # bg, ru
+        "datei",
+        "bild",
+        "kategorie",  # de
+        "fichier",
+        "catégorie",  # fr
+        "archivo",
+        "imagen",
+        "categoría",  # es
+        "ficheiro",
+        "arquivo",
+        "categoria",  # pt, it
+        "plik",
+        "kategoria",  # pl
+        "bestand",
+        "categorie",  # nl
+    }
+)
 
 # Interwiki prefixes that are links to sister projects (shown as text), not interlanguage links.
-_SISTER_PREFIXES = frozenset({
-    "wikt", "wiktionary", "w", "wikipedia", "s", "wikisource", "q", "wikiquote", "b", "wikibooks",
-    "n", "wikinews", "v", "wikiversity", "voy", "wikivoyage", "commons", "meta", "m", "species",
-    "d", "wikidata", "mw", "mediawiki", "foundation", "wmf", "c", "special", "help", "portal",
-})
+_SISTER_PREFIXES = frozenset(
+    {
+        "wikt",
+        "wiktionary",
+        "w",
+        "wikipedia",
+        "s",
+        "wikisource",
+        "q",
+        "wikiquote",
+        "b",
+        "wikibooks",
+        "n",
+        "wikinews",
+        "v",
+        "wikiversity",
+        "voy",
+        "wikivoyage",
+        "commons",
+        "meta",
+        "m",
+        "species",
+        "d",
+        "wikidata",
+        "mw",
+        "mediawiki",
+        "foundation",
+        "wmf",
+        "c",
+        "special",
+        "help",
+        "portal",
+    }
+)
 
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
 # Closing and self-closing tags of DROPPED_TAGS; "[^<>]" keeps every scan within one tag.
@@ -172,7 +240,7 @@ def _drop_tags(text: str) -> str:
             del closers[name]  # every later opener of this name is unclosed too
             scan = opener.end()
             continue
-        pieces.append(text[position:opener.start()])
+        pieces.append(text[position : opener.start()])
         position = scan = found[index].end()
     pieces.append(text[position:])
     return "".join(pieces)
@@ -212,7 +280,7 @@ def _drop_nested(text: str) -> str:
             spans.append((start, m.end(), ""))
             continue
         depth = open_at[kind][-1]
-        for _, start, end in stack[depth + 1:]:
+        for _, start, end in stack[depth + 1 :]:
             spans.append((start, end, ""))
         spans.append((stack[depth][1], m.end(), "\n\n" if kind == "|" else ""))
         del stack[depth:]
@@ -309,7 +377,7 @@ def _paragraphs(text: str) -> str:
             continue
         if line.startswith(_HEADING_MARK):
             flush()
-            rest = line[len(_HEADING_MARK):]
+            rest = line[len(_HEADING_MARK) :]
             level = int(rest[0]) if rest[:1] in _LEVELS else 1
             paragraphs.append((level, rest[1:].strip() if rest[:1] in _LEVELS else rest.strip()))
             continue

@@ -7,16 +7,17 @@ stage whose marker still matches and reruns the others and everything downstream
 manifest is removed before anything in the folder changes and written last, so a run that stopped
 half way never looks complete.
 """
+
 from __future__ import annotations
 
 import fcntl
 import json
-from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 import logging
 import shutil
 import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,17 +26,39 @@ import apache_beam as beam
 
 from corpusforge import progress
 from corpusforge.config import Config
-from corpusforge.pipeline.documents_io import output_files
 from corpusforge.files import sha256_file, write_json_atomic
+from corpusforge.pipeline.documents_io import output_files
 from corpusforge.pipeline.manifest import package_versions
 from corpusforge.pipeline.options import pipeline_options
-from corpusforge.pipeline.steps import (COUNTERS, ExactDedup, ReadCleanSpill, WikipediaReader, WriteDocuments, WriteRejects, book_tasks,
-                                        read_book_task, read_tasks, records_of_batch, split_kinds, wikipedia_tasks,
-                                        write_counters)
+from corpusforge.pipeline.steps import (
+    COUNTERS,
+    ExactDedup,
+    ReadCleanSpill,
+    WikipediaReader,
+    WriteDocuments,
+    WriteRejects,
+    book_tasks,
+    read_book_task,
+    read_tasks,
+    records_of_batch,
+    split_kinds,
+    wikipedia_tasks,
+    write_counters,
+)
 from corpusforge.pipeline.summary import SourceStats, check_accounting, collect_stats, stats_from_json, stats_to_json
 from corpusforge.plan import Plan, made_from, plan_build
-from corpusforge.stages import (MARKERS_DIR, WORK_DIR, Marker, describe_outputs, digest, files_under, fingerprint, remove_leftovers,
-                                remove_marker, write_marker)
+from corpusforge.stages import (
+    MARKERS_DIR,
+    WORK_DIR,
+    Marker,
+    describe_outputs,
+    digest,
+    files_under,
+    fingerprint,
+    remove_leftovers,
+    remove_marker,
+    write_marker,
+)
 
 log = logging.getLogger(__name__)
 RUN_FILES = ("manifest.json", "report.html")  # the run's own summary files: removed first, written last
@@ -93,9 +116,7 @@ def documents_graph(p: beam.Pipeline, cfg: Config, work: Path) -> None:
         refs = remove_wikipedia_from_webtext(refs, reject_streams, cfg)
     document_counters = refs | "WriteDocuments" >> WriteDocuments(str(out / "documents"), str(work / "scatter"), cfg.run.part_bytes)
     reject_counters = (
-        reject_streams
-        | "AllRejects" >> beam.Flatten()
-        | "WriteRejects" >> WriteRejects(str(out / "rejects"), cfg.run.reject_parts)
+        reject_streams | "AllRejects" >> beam.Flatten() | "WriteRejects" >> WriteRejects(str(out / "rejects"), cfg.run.reject_parts)
     )
     write_counters({"read": read_counters, "documents": document_counters, "rejects": reject_counters}, str(work / "counters.json"))
 
@@ -150,7 +171,9 @@ def run_vocab(cfg: Config, result: BuildResult, plan: Plan, made: dict[str, Any]
     result.artifacts["vocab"] = dirs
     outputs = describe_outputs(out, [path for directory in dirs.values() for path in files_under(directory)])
     digests = {kind: vocab_sha256(directory) for kind, directory in dirs.items()}
-    return Marker("vocab", fingerprint(made), made, outputs, digests, {"vocab": {kind: d.relative_to(out).as_posix() for kind, d in dirs.items()}})
+    return Marker(
+        "vocab", fingerprint(made), made, outputs, digests, {"vocab": {kind: d.relative_to(out).as_posix() for kind, d in dirs.items()}}
+    )
 
 
 def run_shards(task: str, cfg: Config, result: BuildResult, plan: Plan, made: dict[str, Any]) -> Marker:
@@ -236,8 +259,10 @@ def stage_warnings(cfg: Config, result: BuildResult, stages: list[str]) -> list[
             size = vocab_manifest(Path(directory))["size"]
             asked = cfg.vocab.wordpiece_vocab_size if kind == "wordpiece" else cfg.vocab.bpe_vocab_size
             if size < VOCAB_SHORTFALL * asked:
-                warnings.append(f"vocab: the {kind} vocabulary has {size:,} tokens, under {VOCAB_SHORTFALL:.0%} of the {asked:,} asked "
-                                "(the documents are too few for it)")
+                warnings.append(
+                    f"vocab: the {kind} vocabulary has {size:,} tokens, under {VOCAB_SHORTFALL:.0%} of the {asked:,} asked "
+                    "(the documents are too few for it)"
+                )
     for task in ("bert", "gpt"):
         if task in stages and not result.artifacts[task].get("totals", {}).get("examples"):
             warnings.append(f"{task}: 0 examples written (no document is long enough to make one)")

@@ -1,4 +1,5 @@
 """The ``corpusforge`` command line: build, config, docs inspect, shards inspect/verify, train, export, finetune, generate."""
+
 from __future__ import annotations
 
 import logging
@@ -19,8 +20,8 @@ from corpusforge.corpora.document import InputFormatError
 
 # Beam's optional GCP modules announce at import that they are not installed; nothing here uses them.
 logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())
-from corpusforge.shards.cli import app as shards_app
-from corpusforge.trainer.cli import export_command, finetune_command, generate_command, train_command
+from corpusforge.shards.cli import app as shards_app  # noqa: E402  (after the filter: it imports Beam)
+from corpusforge.trainer.cli import export_command, finetune_command, generate_command, train_command  # noqa: E402
 
 # Plain help (no rich markup): "[train]" stays literal and long option help wraps instead of being cut with "…".
 PLAIN = {"rich_markup_mode": None, "no_args_is_help": True}

@@ -3,6 +3,7 @@
 Defaults follow the published recipes (BERT, GPT-2/WebText); each section belongs to one stage.
 Relative paths in a configuration file are resolved against that file's directory.
 """
+
 from __future__ import annotations
 
 import tomllib
@@ -19,17 +20,33 @@ class Section(BaseModel):
 
 
 class RunConfig(Section):
-    output_dir: Path = Field(Path("out"), description="where documents, rejects, vocab, shards, train runs, manifest.json and report.html go (relative to the working directory)")
-    stages: list[str] = Field(default_factory=lambda: ["books", "wikipedia", "clean", "dedup", "documents"], description="stages to run, in pipeline order; any of books, wikipedia, webtext, clean, dedup, near_dedup, documents, vocab, bert, gpt, train")
+    output_dir: Path = Field(
+        Path("out"),
+        description="where documents, rejects, vocab, shards, train runs, manifest.json and report.html go (relative to the working directory)",
+    )
+    stages: list[str] = Field(
+        default_factory=lambda: ["books", "wikipedia", "clean", "dedup", "documents"],
+        description="stages to run, in pipeline order; any of books, wikipedia, webtext, clean, dedup, near_dedup, documents, vocab, bert, gpt, train",
+    )
     seed: int = Field(12345, description="seed of every random choice in the build (masking, pairing, shuffles)")
     # Beam: the in-process runner is pinned explicitly (Beam 2.68+ would otherwise try to download Prism).
-    runner: str = Field("DirectRunner", description="Beam runner: DirectRunner (local, pinned so Beam never downloads Prism), DaskRunner, FlinkRunner, SparkRunner, DataflowRunner")
+    runner: str = Field(
+        "DirectRunner",
+        description="Beam runner: DirectRunner (local, pinned so Beam never downloads Prism), DaskRunner, FlinkRunner, SparkRunner, DataflowRunner",
+    )
     # every core by default: one worker process per core (0 = as many as the machine has); "in_memory"
     # runs in this process (fastest start, for small corpora and tests); all modes write the same bytes
-    direct_running_mode: Literal["in_memory", "multi_threading", "multi_processing"] = Field("multi_processing", description="DirectRunner mode: multi_processing (a worker process per core), multi_threading, or in_memory (this process: fastest start, for small corpora and tests); all write the same bytes")
+    direct_running_mode: Literal["in_memory", "multi_threading", "multi_processing"] = Field(
+        "multi_processing",
+        description="DirectRunner mode: multi_processing (a worker process per core), multi_threading, or in_memory (this process: fastest start, for small corpora and tests); all write the same bytes",
+    )
     direct_num_workers: int = Field(0, ge=0, description="DirectRunner workers; 0: one per core")
-    beam_args: list[str] = Field(default_factory=list, description="extra Beam pipeline options passed through verbatim (--project, --temp_location, ...)")
-    part_bytes: int = Field(128 << 20, ge=1, description="text bytes per documents Parquet part: parts = ceil(bytes / this), split by id hash")
+    beam_args: list[str] = Field(
+        default_factory=list, description="extra Beam pipeline options passed through verbatim (--project, --temp_location, ...)"
+    )
+    part_bytes: int = Field(
+        128 << 20, ge=1, description="text bytes per documents Parquet part: parts = ceil(bytes / this), split by id hash"
+    )
     reject_parts: int = Field(4, ge=1, description="Parquet files of rejects (~100 bytes a record), split by id hash")
 
     @field_validator("stages")
@@ -42,13 +59,18 @@ class RunConfig(Section):
 
 
 class BooksConfig(Section):
-    paths: list[Path] = Field(default_factory=list, description="folders of books (searched recursively); relative to the configuration file")
+    paths: list[Path] = Field(
+        default_factory=list, description="folders of books (searched recursively); relative to the configuration file"
+    )
     extensions: list[str] = Field(default_factory=lambda: [".txt", ".epub"], description="file extensions read as books")
 
 
 class WikipediaConfig(Section):
     # .xml, .xml.bz2, or multistream .xml.bz2 (its "-index.txt.bz2" found beside it or given in index_paths)
-    paths: list[Path] = Field(default_factory=list, description="pages-articles dumps: .xml, .xml.bz2 or multistream .xml.bz2 (its -index.txt.bz2 found beside it)")
+    paths: list[Path] = Field(
+        default_factory=list,
+        description="pages-articles dumps: .xml, .xml.bz2 or multistream .xml.bz2 (its -index.txt.bz2 found beside it)",
+    )
     index_paths: list[Path] = Field(default_factory=list, description="multistream index files, when not beside their dump")
     streams_per_range: int = Field(100, description="multistream bz2 streams per parallel byte range")
     keep_headings: bool = Field(True, description="keep section headings, each as its own paragraph")
@@ -58,7 +80,7 @@ class WikipediaConfig(Section):
 class CleanConfig(Section):
     fix_unicode: bool = Field(True, description="repair mojibake and odd Unicode with ftfy")
     min_words: int = Field(20, description="documents with fewer words are rejected (reason: too_short)")
-    language: str | None = Field(None, description="ISO 639-1 code to keep, e.g. \"en\"; unset keeps every language")
+    language: str | None = Field(None, description='ISO 639-1 code to keep, e.g. "en"; unset keeps every language')
     language_min_confidence: float = Field(0.0, description="py3langid confidence below which a document counts as another language")
 
 
@@ -74,19 +96,30 @@ class NearDedupConfig(Section):
     seed: int = Field(1, description="MinHash permutation seed")
     # "wordmix": vectorised base hash (signatures equal datasketch's with hashfunc=corpora.minhash.wordmix_hash32);
     # "sha1": datasketch's default base hash, bit-identical to MinHash(num_perm, seed) signatures, ~3x slower
-    base_hash: Literal["wordmix", "sha1"] = Field("wordmix", description="wordmix: fast vectorised base hash; sha1: datasketch's default (bit-identical signatures, ~3x slower)")
+    base_hash: Literal["wordmix", "sha1"] = Field(
+        "wordmix", description="wordmix: fast vectorised base hash; sha1: datasketch's default (bit-identical signatures, ~3x slower)"
+    )
     # LSH bands x rows; None: datasketch's _optimal_param for threshold and num_perm with this weight on
     # false negatives (1 - it on false positives): candidates are verified, so a false positive costs one comparison
-    false_negative_weight: float = Field(0.9, description="weight on false negatives when choosing LSH bands x rows (candidates are verified, so false positives are cheap)")
+    false_negative_weight: float = Field(
+        0.9, description="weight on false negatives when choosing LSH bands x rows (candidates are verified, so false positives are cheap)"
+    )
     bands: int | None = Field(None, description="LSH bands; unset: datasketch's optimum for threshold and num_perm")
     rows: int | None = Field(None, description="LSH rows per band; unset: datasketch's optimum")
     max_component_rounds: int = Field(8, description="label-propagation rounds of the connected components; the rest is resolved exactly")
-    wikipedia_domains: list[str] = Field(default_factory=lambda: ["wikipedia.org", "wikiwand.com", "wikizero.com", "wiki2.org", "wikimili.com", "dbpedia.org"], description="WebText pages on these hosts (and subdomains) are dropped when Wikipedia is built too")
+    wikipedia_domains: list[str] = Field(
+        default_factory=lambda: ["wikipedia.org", "wikiwand.com", "wikizero.com", "wiki2.org", "wikimili.com", "dbpedia.org"],
+        description="WebText pages on these hosts (and subdomains) are dropped when Wikipedia is built too",
+    )
 
 
 class VocabConfig(Section):
-    kinds: list[Literal["wordpiece", "bpe"]] = Field(default_factory=lambda: ["wordpiece", "bpe"], description="vocabularies to train: wordpiece (BERT) and/or bpe (GPT-2 byte-level)")
-    wordpiece_vocab_size: int = Field(30522, description="requested WordPiece size (bert-base-uncased: 30,522); a small corpus stops earlier")
+    kinds: list[Literal["wordpiece", "bpe"]] = Field(
+        default_factory=lambda: ["wordpiece", "bpe"], description="vocabularies to train: wordpiece (BERT) and/or bpe (GPT-2 byte-level)"
+    )
+    wordpiece_vocab_size: int = Field(
+        30522, description="requested WordPiece size (bert-base-uncased: 30,522); a small corpus stops earlier"
+    )
     lowercase: bool = Field(True, description="uncased WordPiece: lowercase and strip accents")
     bpe_vocab_size: int = Field(50257, description="requested BPE size (GPT-2: 50,257); a small corpus stops earlier")
     min_frequency: int = Field(2, description="pairs seen fewer times are never merged")
@@ -116,7 +149,9 @@ class GptConfig(Section):
 class ShardsConfig(Section):
     target_bytes: int = Field(256 * 1024 * 1024, description="bytes per shard file, about")
     max_examples: int | None = Field(None, description="examples per shard at most; unset: no limit")
-    compression: Literal["none", "lz4", "zstd"] = Field("none", description="Arrow IPC compression: none (memory-mapped, zero-copy), lz4 or zstd")
+    compression: Literal["none", "lz4", "zstd"] = Field(
+        "none", description="Arrow IPC compression: none (memory-mapped, zero-copy), lz4 or zstd"
+    )
     sort_bucket_bytes: int = Field(64 * 1024 * 1024, description="bytes per global-shuffle bucket, sorted in one worker's memory")
 
 
@@ -125,7 +160,9 @@ class TrainConfig(Section):
     model: str = Field("bert-mini", description="model size: bert-tiny|mini|small|medium|base, gpt-tiny|small, gpt2-124M")
     steps: int = Field(1000, description="optimizer steps")
     batch_size: int = Field(32, description="examples per micro-batch per process")
-    global_batch_size: int | None = Field(None, description="examples per optimizer step (gradient accumulation); unset: batch_size x processes")
+    global_batch_size: int | None = Field(
+        None, description="examples per optimizer step (gradient accumulation); unset: batch_size x processes"
+    )
     lr: float | None = Field(None, description="peak learning rate; unset: the family's recipe")
     warmup_steps: int | None = Field(None, description="linear warm-up steps; unset: 1% of the steps")
     weight_decay: float | None = Field(None, description="AdamW weight decay; unset: recipe (BERT 0.01, GPT 0.1)")
@@ -137,10 +174,14 @@ class TrainConfig(Section):
     seed: int = Field(0, description="seed of initialisation, dropout and data order")
     dropout: float | None = Field(None, description="dropout; unset: 0.1 for BERT (paper), 0.0 for GPT (nanoGPT)")
     pre_ln: bool = Field(False, description="BERT with a pre-LN encoder instead of the paper's post-LN (not exportable to transformers)")
-    eval_batches: int | None = Field(None, ge=1, description="cap on held-out batches per process in one evaluation; unset: every held-out example")
+    eval_batches: int | None = Field(
+        None, ge=1, description="cap on held-out batches per process in one evaluation; unset: every held-out example"
+    )
     holdout_examples: int = Field(1000, ge=0, description="without eval shards: the last min(this, N // 10) examples are held out; 0: none")
     verify_shards: bool = Field(True, description="check every shard's size, sha256 and schema before training")
-    vocab: Path | None = Field(None, description="vocabulary directory or tokenizer.json when the shards were moved without the one their manifest names")
+    vocab: Path | None = Field(
+        None, description="vocabulary directory or tokenizer.json when the shards were moved without the one their manifest names"
+    )
     eval_every: int = Field(0, ge=0, description="evaluate the whole held-out set every this many steps; 0: only at the end")
     keep_checkpoints: int = Field(3, ge=0, description="newest step checkpoints kept in the run directory; 0: all")
 
@@ -180,9 +221,13 @@ class FetchConfig(Section):
     backoff_s: float = Field(1.0, description="first retry delay, doubled per retry")
     max_retry_after_s: float = Field(30.0, description="a Retry-After longer than this gives up on the URL")
     respect_robots: bool = Field(True, description="obey robots.txt")
-    content_types: list[str] = Field(default_factory=lambda: ["text/html", "application/xhtml+xml"], description="response content types kept")
+    content_types: list[str] = Field(
+        default_factory=lambda: ["text/html", "application/xhtml+xml"], description="response content types kept"
+    )
     allow_hosts: list[str] = Field(default_factory=list, description="hosts exempt from the private-address refusal")
-    allow_networks: list[str] = Field(default_factory=list, description="CIDRs exempt from the private-address refusal, e.g. 127.0.0.1/32 for tests")
+    allow_networks: list[str] = Field(
+        default_factory=list, description="CIDRs exempt from the private-address refusal, e.g. 127.0.0.1/32 for tests"
+    )
     batch_size: int = Field(256, description="URLs per fetch batch (one WARC file each)")
 
 
@@ -190,11 +235,15 @@ class ExtractConfig(Section):
     """WebText main-content extraction and Gopher-style quality filters (Rae et al. 2021, appendix A)."""
 
     timeout_s: float = Field(10.0, description="per page; a page over it is rejected and its worker process restarted")
-    favor: Literal["precision", "balanced", "recall"] = Field("balanced", description="trafilatura's trade-off: precision, balanced (its default) or recall")
+    favor: Literal["precision", "balanced", "recall"] = Field(
+        "balanced", description="trafilatura's trade-off: precision, balanced (its default) or recall"
+    )
     include_tables: bool = Field(True, description="keep table text (recipes, fact boxes)")
     fast: bool = Field(True, description="false adds readability/jusText comparison: F1 +0.006 on the evaluation set, ~1.75x the CPU")
     navigation_fallback: bool = Field(True, description="retry with fast=false when the fast path returns the site's menu")
-    lead_from_description: bool = Field(False, description="prepend a visible, host-unique meta description the extraction lacks (off: it cost F1 on full-text pages)")
+    lead_from_description: bool = Field(
+        False, description="prepend a visible, host-unique meta description the extraction lacks (off: it cost F1 on full-text pages)"
+    )
     fix_unicode: bool = Field(True, description="repair odd Unicode with ftfy")
     languages: list[str] = Field(default_factory=lambda: ["en"], description="ISO 639-1 codes kept; empty keeps every language")
     min_language_confidence: float = Field(0.5, description="py3langid confidence needed")
@@ -209,7 +258,9 @@ class ExtractConfig(Section):
 
 class WebTextConfig(Section):
     dumps: list[Path] = Field(default_factory=list, description="Pushshift submission dumps RS_*.{zst,xz,bz2,gz,ndjson}")
-    karma_mode: Literal["sum", "single"] = Field("sum", description="sum: karma summed per canonical URL (OpenWebText2); single: one post's karma (OpenWebText)")
+    karma_mode: Literal["sum", "single"] = Field(
+        "sum", description="sum: karma summed per canonical URL (OpenWebText2); single: one post's karma (OpenWebText)"
+    )
     min_karma: int = Field(3, description="URLs with less karma are skipped")
     exclude_over_18: bool = Field(False, description="skip posts marked over_18")
     offline: bool = Field(False, description="build only from WARCs already captured, fetch nothing")

@@ -3,6 +3,7 @@
 The meanings are the pydantic ``Field`` descriptions in corpusforge/config.py, so the reference cannot
 drift from the code (a test compares docs/config.md with ``reference_markdown()``).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -22,7 +23,7 @@ PLAIN_ERRORS = {
     "float_parsing": "expects a number",
     "bool_parsing": "expects true or false",
     "string_type": "expects a string (quote it: --set key='\"text\"')",
-    "list_type": "expects a list, e.g. [\"a\", \"b\"]",
+    "list_type": 'expects a list, e.g. ["a", "b"]',
     "path_type": "expects a path string",
     "greater_than_equal": "is below its minimum",
 }

@@ -3,6 +3,7 @@
 A writer puts bytes under ``<name>.tmp-<uuid>`` beside the target and renames it into place, so a
 reader never sees half a file and an interrupted run leaves only ``*.tmp-*`` debris that verify flags.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 WORK_DIR = ".work"  # spill files of a build's running stages, inside its output folder; removed when a stage ends
+
 
 def temp_path(path: Path) -> Path:
     return path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")

@@ -1,5 +1,6 @@
 """Process-independent hashes: every id, bucket and random choice derives from these, never from
 Python's salted ``hash`` or from bundle order, so any runner and worker count gives the same bytes."""
+
 from __future__ import annotations
 
 import hashlib

@@ -7,6 +7,7 @@ A stage that is needed but not requested (``run.stages=["bert"]`` needs document
 already be there, made from this configuration: if not, the build stops with one line saying which
 stage to run first (``PrerequisiteError``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,9 +15,22 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from corpusforge.config import Config
-from corpusforge.stages import (FORMATS, MARKER_VERSION, SOURCE_STAGES, STAGES, Marker, PrerequisiteError, config_view,
-                                describe_difference, describe_inputs, documents_stages, fingerprint, output_problem,
-                                read_marker, upstream)
+from corpusforge.stages import (
+    FORMATS,
+    MARKER_VERSION,
+    SOURCE_STAGES,
+    STAGES,
+    Marker,
+    PrerequisiteError,
+    config_view,
+    describe_difference,
+    describe_inputs,
+    documents_stages,
+    fingerprint,
+    output_problem,
+    read_marker,
+    upstream,
+)
 
 VOCAB_KINDS = {"bert": "wordpiece", "gpt": "bpe"}
 
@@ -76,8 +90,10 @@ def made_from(stage: str, cfg: Config, plan: Plan, previous: Marker | None) -> d
     for name, output in upstream(stage, cfg):
         value = plan.markers[name].digests.get(output)
         if value is None:
-            raise PrerequisiteError(f"{stage} needs the {output} output of the {name} stage, which it did not make: "
-                                    f"add \"{output}\" to vocab.kinds and run {name}")
+            raise PrerequisiteError(
+                f"{stage} needs the {output} output of the {name} stage, which it did not make: "
+                f'add "{output}" to vocab.kinds and run {name}'
+            )
         recipe["upstream"][f"{name}.{output}"] = value
     return recipe | {"config": config_view(stage, cfg, [])}
 
@@ -104,7 +120,7 @@ def plan_build(cfg: Config, force: bool = False) -> Plan:
             _require(stage, users[0], cfg, plan)
     for stage, kind in VOCAB_KINDS.items():
         if stage in plan.requested and plan.runs("vocab") and kind not in cfg.vocab.kinds:
-            raise PrerequisiteError(f"{stage} needs a {kind} vocabulary: add \"{kind}\" to vocab.kinds")
+            raise PrerequisiteError(f'{stage} needs a {kind} vocabulary: add "{kind}" to vocab.kinds')
     return plan
 
 
@@ -133,8 +149,9 @@ def _require(stage: str, user: str, cfg: Config, plan: Plan) -> None:
     """A stage ``user`` needs but the build does not run: it must be there, made from this configuration."""
     marker = read_marker(plan.out, stage)
     if marker is None:
-        raise PrerequisiteError(f"{user} needs the {stage} stage's output in {plan.out}, and there is none: "
-                                f"run {stage} first ({how_to_run(stage)})")
+        raise PrerequisiteError(
+            f"{user} needs the {stage} stage's output in {plan.out}, and there is none: run {stage} first ({how_to_run(stage)})"
+        )
     rerun_upstream = [name for name, _ in upstream(stage, cfg) if plan.runs(name)]
     if rerun_upstream:
         raise PrerequisiteError(f"{user} needs {stage}, which must be made again after {rerun_upstream[0]}: {how_to_run(stage)}")
@@ -143,6 +160,8 @@ def _require(stage: str, user: str, cfg: Config, plan: Plan) -> None:
         raise PrerequisiteError(f"{user} needs the {stage} stage's output, but {problem}: run {stage} again ({how_to_run(stage)})")
     current = made_from(stage, cfg, plan, marker)
     if fingerprint(current) != marker.fingerprint:
-        raise PrerequisiteError(f"{user} needs {stage}, made with another configuration or input "
-                                f"({describe_difference(marker.made_from, current)}): run {stage} again ({how_to_run(stage)})")
+        raise PrerequisiteError(
+            f"{user} needs {stage}, made with another configuration or input "
+            f"({describe_difference(marker.made_from, current)}): run {stage} again ({how_to_run(stage)})"
+        )
     plan.markers[stage] = marker

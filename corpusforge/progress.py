@@ -11,6 +11,7 @@ every ``interval_s`` seconds while it runs. The build only calls the two module-
 Without ``display()`` around the build (library use, tests) the stage lines still go to the
 ``corpusforge.progress`` logger, which the default WARNING level keeps quiet.
 """
+
 from __future__ import annotations
 
 import contextlib

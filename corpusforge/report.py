@@ -1,4 +1,5 @@
 """What a person sees: the end-of-build summary and ``docs inspect``."""
+
 from __future__ import annotations
 
 import json
@@ -55,9 +56,13 @@ def print_build_summary(console: Console, result: BuildResult) -> None:
             console.print(f"[bold]{name} shards[/]: {totals.get('examples', '?'):,} examples, {totals.get('tokens', '?'):,} tokens")
     trained = result.artifacts.get("train")
     if isinstance(trained, dict) and trained:
-        console.print("[bold]held-out evaluation[/]: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in trained.items()))
+        console.print(
+            "[bold]held-out evaluation[/]: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in trained.items())
+        )
     if result.reused:
-        console.print(f"[bold]reused[/] (made earlier from the same configuration and inputs; --force runs them again): {', '.join(result.reused)}")
+        console.print(
+            f"[bold]reused[/] (made earlier from the same configuration and inputs; --force runs them again): {', '.join(result.reused)}"
+        )
     if result.ran:
         console.print("[bold]ran[/]: " + ", ".join(f"{stage} ({escape(reason)})" for stage, reason in result.ran.items()))
     for warning in result.warnings:
@@ -108,10 +113,15 @@ def inspect_documents(console: Console, path: Path, show: str | None = None, as_
         console.print(sources_table(stats))
         if any(s.rejects for s in stats.values()):
             console.print(rejects_table(stats))
-        console.print("[bold]length in words[/]: " + ", ".join(f"{k.removeprefix('words_')} {v:,.0f}" for k, v in lengths.items() if k.startswith("words_")))
+        console.print(
+            "[bold]length in words[/]: "
+            + ", ".join(f"{k.removeprefix('words_')} {v:,.0f}" for k, v in lengths.items() if k.startswith("words_"))
+        )
         console.print(_histogram(words))
     else:
-        console.print(f"{path}: rejects only ({sum(sum(s.rejects.values()) for s in stats.values()):,} records; the documents are in the documents/ folder beside it)")
+        console.print(
+            f"{path}: rejects only ({sum(sum(s.rejects.values()) for s in stats.values()):,} records; the documents are in the documents/ folder beside it)"
+        )
         console.print(rejects_table(stats))
     if row is not None:
         _print_row(console, row)

@@ -6,6 +6,7 @@ for any finished build with ``write_report(out_dir)``. Plots are matplotlib PNGs
 the one file can be mailed or archived. Every figure that the manifest also holds carries a
 ``data-key`` attribute naming where it comes from, which the tests compare with the manifest.
 """
+
 from __future__ import annotations
 
 import base64
@@ -73,8 +74,13 @@ def _sources(manifest: dict) -> str:
     if not counters:
         return ""
     rows = [
-        [source, *(_cell(c[k], f"counters.{source}.{k}") for k in ("inputs", "documents")), _cell(sum(c["rejects"].values()), f"counters.{source}.rejects"),
-         _cell(c["words"], f"counters.{source}.words"), f"{c['bytes'] / 1e6:,.2f} MB"]
+        [
+            source,
+            *(_cell(c[k], f"counters.{source}.{k}") for k in ("inputs", "documents")),
+            _cell(sum(c["rejects"].values()), f"counters.{source}.rejects"),
+            _cell(c["words"], f"counters.{source}.words"),
+            f"{c['bytes'] / 1e6:,.2f} MB",
+        ]
         for source, c in counters.items()
     ]
     names = list(counters)
@@ -126,7 +132,10 @@ def _lengths(doc_files: list[Path]) -> str:
         axes.hist(lengths, bins=bins, histtype="step", linewidth=2, label=f"{source} ({len(lengths):,})")
     axes.set(xscale="log", yscale="log", title="document length per source", xlabel="words per document (log)", ylabel="documents (log)")
     axes.legend()
-    rows = [[s, f"{len(a):,}", f"{int(a.min()):,}", f"{np.median(a):,.0f}", f"{a.mean():,.0f}", f"{int(a.max()):,}"] for s, a in per_source.items()]
+    rows = [
+        [s, f"{len(a):,}", f"{int(a.min()):,}", f"{np.median(a):,.0f}", f"{a.mean():,.0f}", f"{int(a.max()):,}"]
+        for s, a in per_source.items()
+    ]
     return _section("Document lengths", _table(["source", "documents", "min", "median", "mean", "max"], rows) + _img(figure))
 
 
@@ -149,7 +158,13 @@ def _duplicates(reject_files: list[Path]) -> str:
         values, frequency = np.unique(sizes, return_counts=True)
         axes.plot(values, frequency, marker=marker, markersize=9, linestyle=":", label=reason.replace("_", "-"))
         rows.append([reason, f"{len(sizes):,}", f"{int(sizes.sum() - len(sizes)):,}", f"{int(sizes.max()):,}", f"{sizes.mean():.2f}"])
-    axes.set(xscale="log", yscale="log", title="duplicate cluster sizes (kept document + removed copies)", xlabel="documents in the cluster", ylabel="clusters")
+    axes.set(
+        xscale="log",
+        yscale="log",
+        title="duplicate cluster sizes (kept document + removed copies)",
+        xlabel="documents in the cluster",
+        ylabel="clusters",
+    )
     axes.legend()
     return _section("Duplicate clusters", _table(["reason", "clusters", "removed", "largest", "mean size"], rows) + _img(figure))
 
@@ -165,12 +180,21 @@ def _vocabularies(out_dir: Path, manifest: dict) -> str:
             continue
         tokenizer = Tokenizer.from_file(str(path))
         reached, wanted = tokenizer.get_vocab_size(with_added_tokens=True), requested.get(key)
-        note = f"<span class=warn>{reached / wanted:.0%} of the requested size: the corpus ran out of merges</span>" if wanted and reached < wanted else "reached"
-        rows.append([kind, _cell(wanted, f"config.vocab.{key}") if wanted else "-", f"{reached:,}", note, f"{_fertility(tokenizer, out_dir):.3f}"])
+        note = (
+            f"<span class=warn>{reached / wanted:.0%} of the requested size: the corpus ran out of merges</span>"
+            if wanted and reached < wanted
+            else "reached"
+        )
+        rows.append(
+            [kind, _cell(wanted, f"config.vocab.{key}") if wanted else "-", f"{reached:,}", note, f"{_fertility(tokenizer, out_dir):.3f}"]
+        )
     if not rows:
         return ""
-    return _section("Vocabularies", _table(["kind", "requested", "reached", "note", "tokens per word"], rows)
-                    + f"<p class=meta>Tokens per whitespace word on the first {FERTILITY_SAMPLE_BYTES // 1_000_000} MB of documents (in id order, which is hash order).</p>")
+    return _section(
+        "Vocabularies",
+        _table(["kind", "requested", "reached", "note", "tokens per word"], rows)
+        + f"<p class=meta>Tokens per whitespace word on the first {FERTILITY_SAMPLE_BYTES // 1_000_000} MB of documents (in id order, which is hash order).</p>",
+    )
 
 
 def _fertility(tokenizer: Any, out_dir: Path) -> float:
@@ -203,8 +227,10 @@ def _shards(directory: Path, task: str) -> str:
     if task == "bert":
         rows += [
             ("masked (of real tokens)", f"{summary['masked_fraction']:.2%}"),
-            ("&nbsp;&nbsp;→ [MASK] / random / unchanged",
-             f"{summary['mask_token_fraction']:.1%} / {summary['random_token_fraction']:.1%} / {summary['unchanged_fraction']:.1%}"),
+            (
+                "&nbsp;&nbsp;→ [MASK] / random / unchanged",
+                f"{summary['mask_token_fraction']:.1%} / {summary['random_token_fraction']:.1%} / {summary['unchanged_fraction']:.1%}",
+            ),
             ("NSP random next", f"{summary['nsp_random_next_fraction']:.2%}"),
         ]
     else:

@@ -8,6 +8,7 @@ Beside it: the files the stage wrote with their sizes (the cheap check that they
 digests of its outputs for the stages downstream, and the figures the summary needs when the stage
 is reused rather than run.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -113,8 +114,9 @@ def describe_inputs(paths: list[Path], previous: list[dict[str, Any]]) -> list[d
     for path in sorted({Path(p).resolve() for p in paths}):
         stat = path.stat()
         key = (str(path), stat.st_size, stat.st_mtime_ns)
-        described.append({"path": str(path), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-                          "sha256": known.get(key) or sha256_file(path)})
+        described.append(
+            {"path": str(path), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": known.get(key) or sha256_file(path)}
+        )
     return described
 
 

@@ -28,6 +28,7 @@ Every random choice comes from ``rng_for(seed, doc_id, dupe)``, so the output do
 runner, worker count or bundle order. The work is numpy over whole documents: one Python step per
 example for the packing decisions, then building, truncating and masking all examples at once.
 """
+
 from __future__ import annotations
 
 import re
@@ -40,8 +41,8 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from corpusforge.config import BertConfig
-from corpusforge.hashing import rng_for, stable_hash
 from corpusforge.examples.sentence_tokens import SentenceEncoder
+from corpusforge.hashing import rng_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +239,9 @@ def truncate_seq_pairs(a_len: np.ndarray, b_len: np.ndarray, max_num_tokens: int
     return cut_a, cut_b
 
 
-def _build_examples(spans: dict[str, np.ndarray], tokens: np.ndarray, vocab: MaskingVocab, cfg: BertConfig, rng: np.random.Generator) -> BertExamples:
+def _build_examples(
+    spans: dict[str, np.ndarray], tokens: np.ndarray, vocab: MaskingVocab, cfg: BertConfig, rng: np.random.Generator
+) -> BertExamples:
     """Truncate, lay out ``[CLS] A [SEP] B [SEP]`` and mask every example of one document at once."""
     cut_a, cut_b = truncate_seq_pairs(spans["a_len"], spans["b_len"], cfg.max_seq_length - 3)
     a_start = spans["a_start"] + rng.binomial(cut_a, 0.5)  # each trimmed token: front or back, p = 0.5
@@ -269,7 +272,11 @@ def _build_examples(spans: dict[str, np.ndarray], tokens: np.ndarray, vocab: Mas
     valid = positions < width
     safe = np.where(valid, positions, 0)
     original = np.take_along_axis(input_ids, safe, axis=1)
-    new_ids = np.where(replaced == 0, vocab.mask, np.where(replaced == 1, original, vocab.random_ids[rng.integers(0, len(vocab.random_ids), positions.shape)]))
+    new_ids = np.where(
+        replaced == 0,
+        vocab.mask,
+        np.where(replaced == 1, original, vocab.random_ids[rng.integers(0, len(vocab.random_ids), positions.shape)]),
+    )
     masked_rows = np.broadcast_to(rows[:, None], positions.shape)
     input_ids[masked_rows[valid], positions[valid]] = new_ids[valid]
     return BertExamples(
@@ -293,7 +300,9 @@ def _replacement_kind(rng: np.random.Generator, shape: tuple[int, ...]) -> np.nd
     return np.where(first < 0.8, 0, np.where(second < 0.5, 1, 2))
 
 
-def _choose_tokens(real: np.ndarray, num_to_predict: np.ndarray, cfg: BertConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _choose_tokens(
+    real: np.ndarray, num_to_predict: np.ndarray, cfg: BertConfig, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """The first ``num_to_predict`` candidates of a random order per row, as sorted positions (width = none)."""
     width, p = real.shape[1], cfg.max_predictions_per_seq
     keys = np.where(real, rng.random(real.shape, dtype=np.float32), np.float32(2.0))

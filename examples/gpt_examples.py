@@ -11,6 +11,7 @@ and every bucket has its own tail: with ``keep_tail`` the tail becomes one windo
 Document order inside a bucket is ``stable_hash(seed, doc_id)``: deterministic, and unrelated to
 the source's order so neighbouring windows do not all come from one source.
 """
+
 from __future__ import annotations
 
 from collections import Counter

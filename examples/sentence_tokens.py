@@ -19,6 +19,7 @@ thousands of distinct words. So, for a BertNormalizer + BertPreTokenizer vocabul
 
 Both paths are checked against per-sentence ``encode`` on real books and random text (tests).
 """
+
 from __future__ import annotations
 
 import json
@@ -194,7 +195,9 @@ class SentenceEncoder:
         lengths = np.diff(np.concatenate([[-1], cuts, [len(ids)]])) - 1
         return ids[~is_sep].astype(self._dtype), lengths
 
-    def _interleave(self, mask: np.ndarray, fast: tuple[np.ndarray, np.ndarray], slow: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def _interleave(
+        self, mask: np.ndarray, fast: tuple[np.ndarray, np.ndarray], slow: tuple[np.ndarray, np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Fast and slow sentences back in document order."""
         if mask.all():
             return fast

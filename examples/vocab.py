@@ -15,6 +15,7 @@ gives a smaller vocabulary: the trainer stops when no pair reaches ``min_frequen
 size is what ``vocab_manifest`` reports. The same texts give byte-identical files in every process
 (see ``train_wordpiece`` for the trainer's hash-map order this works around).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,8 +30,8 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from corpusforge.config import VocabConfig
-from corpusforge.hashing import stable_hash
 from corpusforge.files import atomic_write_bytes
+from corpusforge.hashing import stable_hash
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,9 @@ def train_wordpiece(texts: Iterable[str], out_dir: Path, vocab_size: int = 30522
 def _wordpiece_tokenizer(vocab: dict[str, int], lowercase: bool) -> Tokenizer:
     """BERT's tokenizer around a WordPiece vocabulary (empty to train one)."""
     tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##"))
-    tokenizer.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase)
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase
+    )
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.add_special_tokens(BERT_SPECIALS)
     tokenizer.post_processor = processors.TemplateProcessing(

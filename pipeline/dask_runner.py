@@ -12,30 +12,30 @@
    drops what ``finish_bundle`` emits. Here bundles keep tags and ``finish_bundle`` output, and each
    consumer gets only the elements of the output it reads.
 """
+
 from __future__ import annotations
 
 import collections
 
+import apache_beam as beam
 import dask.bag as db
 import dask.distributed as ddist
-import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
 from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, _OutputHandler
 from apache_beam.runners.dask.dask_runner import DaskOptions, DaskRunnerResult
 from apache_beam.runners.dask.dask_runner import DaskRunner as BeamDaskRunner
-from apache_beam.runners.dask.overrides import dask_overrides
-from apache_beam.runners.dask.overrides import _Create, _GroupByKeyOnly
+from apache_beam.runners.dask.overrides import _Create, _GroupByKeyOnly, dask_overrides
 from apache_beam.runners.dask.transform_evaluator import (
     TRANSLATIONS,
     Create,
-    GroupByKey,
-    defenestrate,
     DaskBagWindowedIterator,
     Flatten,
+    GroupByKey,
     NoOp,
     OneReceiver,
     ParDo,
+    defenestrate,
     get_windowed_value,
 )
 from apache_beam.transforms.sideinputs import SideInputMap

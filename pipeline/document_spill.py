@@ -9,6 +9,7 @@ files and writes each part sorted by id, so a worker holds one part at a time, n
 
 Workers must share the filesystem of the spill folder (as they share ``run.output_dir``).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -166,8 +167,18 @@ class RefMaker:
     def spill(self, path: Path, docs: list[Document]) -> list[DocRef]:
         write_spill(path, docs)
         return [
-            DocRef(doc.id, doc.source, doc.url or doc.title, doc.url, len(doc.text.encode("utf-8")), len(doc.text),
-                   dedup_key(doc.text), self.band_keys(doc.text), str(path), row)
+            DocRef(
+                doc.id,
+                doc.source,
+                doc.url or doc.title,
+                doc.url,
+                len(doc.text.encode("utf-8")),
+                len(doc.text),
+                dedup_key(doc.text),
+                self.band_keys(doc.text),
+                str(path),
+                row,
+            )
             for row, doc in enumerate(docs)
         ]
 

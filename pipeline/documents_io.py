@@ -3,6 +3,7 @@
 Each output file holds the documents whose id hashes to its part number, sorted by id, so file bytes
 do not depend on the runner, the worker count or the bundle order.
 """
+
 from __future__ import annotations
 
 import io

@@ -18,6 +18,7 @@ sort bucket and shard sizes (``BertConfig``, ``ShardsConfig``), not by the corpu
 Elements are whole documents and buckets, never single examples, so Beam overhead stays small. All randomness is keyed by stable ids, so DirectRunner (any mode, any worker count)
 and DaskRunner write byte-identical shards. Workers must share the filesystem of ``out_dir``.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,11 +37,11 @@ import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from corpusforge.config import BertConfig, GptConfig, ShardsConfig
-from corpusforge.hashing import mix64, stable_hash
 from corpusforge.examples.bert_examples import MaskingVocab, TokenizedDocument, create_bucket_examples, tokenize_documents
 from corpusforge.examples.gpt_examples import cut_windows
 from corpusforge.examples.sentence_tokens import SentenceEncoder
 from corpusforge.examples.vocab import EOT, load_tokenizer, vocab_manifest
+from corpusforge.hashing import mix64, stable_hash
 from corpusforge.shards.format import FORMAT_VERSION, MANIFEST_NAME, bert_schema, gpt_schema, id_type
 from corpusforge.shards.writer import iter_sorted_buckets, row_bytes, spill_pieces, spilled_rows, write_ipc, write_shards
 
@@ -117,7 +118,11 @@ def load_documents(directory: Path, refs: Iterable[DocRef]) -> list[TokenizedDoc
         tokens, token_bounds = batch.column("tokens").values.to_numpy(), batch.column("tokens").offsets.to_numpy()
         offsets, offset_bounds = batch.column("offsets").values.to_numpy(), batch.column("offsets").offsets.to_numpy()
         for doc_id, row in rows:
-            docs.append(TokenizedDocument(doc_id, tokens[token_bounds[row] : token_bounds[row + 1]], offsets[offset_bounds[row] : offset_bounds[row + 1]]))
+            docs.append(
+                TokenizedDocument(
+                    doc_id, tokens[token_bounds[row] : token_bounds[row + 1]], offsets[offset_bounds[row] : offset_bounds[row + 1]]
+                )
+            )
     return docs
 
 
@@ -318,13 +323,23 @@ def _bert_manifest(vocab_dir: Path, bert: BertConfig, shards: ShardsConfig, seed
         "task": "bert",
         "params": {"seed": seed, "bert": bert.model_dump(mode="json"), "shards": shards.model_dump(mode="json"), "inputs": inputs},
         "vocab": vocab,
-        "schema": {"max_seq_length": bert.max_seq_length, "max_predictions_per_seq": bert.max_predictions_per_seq, "id_type": str(id_type(vocab["size"]))},
+        "schema": {
+            "max_seq_length": bert.max_seq_length,
+            "max_predictions_per_seq": bert.max_predictions_per_seq,
+            "id_type": str(id_type(vocab["size"])),
+        },
     }
     return schema, manifest
 
 
 def _bert_graph(
-    sentences: Callable[[beam.Pipeline, Path], beam.PCollection], size: tuple[int, int], schema: pa.Schema, vocab_dir: Path, bert: BertConfig, shards: ShardsConfig, seed: int
+    sentences: Callable[[beam.Pipeline, Path], beam.PCollection],
+    size: tuple[int, int],
+    schema: pa.Schema,
+    vocab_dir: Path,
+    bert: BertConfig,
+    shards: ShardsConfig,
+    seed: int,
 ) -> Callable[[beam.Pipeline, Path], None]:
     n_docs, text_bytes = size
     examples = text_bytes / BYTES_PER_TOKEN * bert.dupe_factor / (0.8 * (bert.max_seq_length - 3))
@@ -345,7 +360,13 @@ def _bert_graph(
 
 
 def write_bert_shards(
-    pipeline_options: PipelineOptions, doc_paths: list[Path], vocab_dir: Path, out_dir: Path, bert: BertConfig, shards: ShardsConfig, seed: int
+    pipeline_options: PipelineOptions,
+    doc_paths: list[Path],
+    vocab_dir: Path,
+    out_dir: Path,
+    bert: BertConfig,
+    shards: ShardsConfig,
+    seed: int,
 ) -> dict:
     """BERT shards from Parquet documents (columns id, text); returns the manifest written."""
     schema, manifest = _bert_manifest(vocab_dir, bert, shards, seed, [str(p) for p in doc_paths])
@@ -409,7 +430,13 @@ def gpt_bucket(doc: DocRef, buckets: int, seed: int) -> tuple[int, DocRef]:
 
 
 def write_gpt_shards(
-    pipeline_options: PipelineOptions, doc_paths: list[Path], vocab_dir: Path, out_dir: Path, gpt: GptConfig, shards: ShardsConfig, seed: int
+    pipeline_options: PipelineOptions,
+    doc_paths: list[Path],
+    vocab_dir: Path,
+    out_dir: Path,
+    gpt: GptConfig,
+    shards: ShardsConfig,
+    seed: int,
 ) -> dict:
     """GPT shards from Parquet documents (columns id, text); returns the manifest written."""
     vocab = vocab_manifest(vocab_dir)
@@ -417,7 +444,12 @@ def write_gpt_shards(
     manifest = {
         "format_version": FORMAT_VERSION,
         "task": "gpt",
-        "params": {"seed": seed, "gpt": gpt.model_dump(mode="json"), "shards": shards.model_dump(mode="json"), "inputs": [str(p) for p in doc_paths]},
+        "params": {
+            "seed": seed,
+            "gpt": gpt.model_dump(mode="json"),
+            "shards": shards.model_dump(mode="json"),
+            "inputs": [str(p) for p in doc_paths],
+        },
         "vocab": vocab,
         "schema": {"seq_len": gpt.seq_len, "id_type": str(id_type(vocab["size"]))},
     }
@@ -426,7 +458,9 @@ def write_gpt_shards(
     sort_buckets = sort_bucket_count(text_bytes / BYTES_PER_TOKEN / (gpt.seq_len + 1), row_bytes(schema), shards)
 
     def graph(p: beam.Pipeline, temp: Path) -> None:
-        texts = _read_parquet(p, doc_paths, ("id", "text"), "Documents") | "OneText" >> beam.Map(lambda batch: [(doc_id, [text]) for doc_id, text in batch])
+        texts = _read_parquet(p, doc_paths, ("id", "text"), "Documents") | "OneText" >> beam.Map(
+            lambda batch: [(doc_id, [text]) for doc_id, text in batch]
+        )
         docs, tokenize_counters = _tokenize(texts, vocab_dir, temp)
         example_counters = (
             docs

@@ -1,4 +1,5 @@
 """The fetch step as a Beam DoFn: replay captures from WARCs, fetch the rest with ``corpora.fetch``."""
+
 from __future__ import annotations
 
 import asyncio
@@ -62,8 +63,12 @@ class FetchDoFn(beam.DoFn):
             captures = [warc.write(capture) for capture in captures]
         self.fetched.inc(len(captures))
         self.done += len(captures)
-        log.info("fetched %d URLs (%.1f/s), %d ok in this batch", self.done, self.done / (time.monotonic() - self.started),
-                 sum(1 for c in captures if not c.reason))
+        log.info(
+            "fetched %d URLs (%.1f/s), %d ok in this batch",
+            self.done,
+            self.done / (time.monotonic() - self.started),
+            sum(1 for c in captures if not c.reason),
+        )
         for (_, payload), capture in zip(todo, captures):
             yield payload, capture
 

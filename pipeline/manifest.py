@@ -1,11 +1,24 @@
 """Package versions for the run manifest (its inputs and outputs come from the stage markers: ``corpusforge.stages``)."""
+
 from __future__ import annotations
 
 import platform
 from importlib import metadata
 
-PACKAGES = ("corpusforge", "apache-beam", "pyarrow", "mwparserfromhell", "ftfy", "py3langid", "blingfire",
-            "tokenizers", "torch", "trafilatura", "datasketch", "dask")
+PACKAGES = (
+    "corpusforge",
+    "apache-beam",
+    "pyarrow",
+    "mwparserfromhell",
+    "ftfy",
+    "py3langid",
+    "blingfire",
+    "tokenizers",
+    "torch",
+    "trafilatura",
+    "datasketch",
+    "dask",
+)
 
 
 def package_versions() -> dict[str, str]:

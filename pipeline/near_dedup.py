@@ -19,6 +19,7 @@ Only references (``pipeline.document_spill.DocRef``), ids and shingle sets of ca
 Every choice depends on document ids and texts only, so output is identical whatever the runner,
 bundle order or worker count.
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,10 +30,10 @@ from urllib.parse import urlsplit
 import apache_beam as beam
 import numpy as np
 
+from corpusforge.config import NearDedupConfig
 from corpusforge.corpora.document import Reject
 from corpusforge.corpora.minhash import jaccard, s_curve_table, shingle_set
 from corpusforge.pipeline.document_spill import DocRef, banding, load_texts
-from corpusforge.config import NearDedupConfig
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +104,7 @@ class VerifyPairs(beam.PTransform):
                 if jaccard(shingles[left.id], shingles[right.id]) >= threshold:
                     yield left.id, right.id
 
-        halves = (
-            {"pair": pairs, "ref": self.left}
-            | "JoinLeft" >> beam.CoGroupByKey()
-            | "SendLeft" >> beam.FlatMap(send_left)
-        )
+        halves = {"pair": pairs, "ref": self.left} | "JoinLeft" >> beam.CoGroupByKey() | "SendLeft" >> beam.FlatMap(send_left)
         return (
             {"left": halves, "ref": self.right}
             | "JoinRight" >> beam.CoGroupByKey()
@@ -163,8 +160,10 @@ class ConnectedComponents(beam.PTransform):
                         yield min(label, other_label), max(label, other_label)
 
         leftover = (
-            {"label": labels, "edge": {"label": labels, "edge": both_ways} | "JoinEdge" >> beam.CoGroupByKey()
-             | "LabelEdge" >> beam.FlatMap(label_edge)}
+            {
+                "label": labels,
+                "edge": {"label": labels, "edge": both_ways} | "JoinEdge" >> beam.CoGroupByKey() | "LabelEdge" >> beam.FlatMap(label_edge),
+            }
             | "JoinOther" >> beam.CoGroupByKey()
             | "Residual" >> beam.FlatMap(residual)
             | "DistinctResidual" >> beam.Distinct()
@@ -209,11 +208,7 @@ class _PropagateAndJump(beam.PTransform):
             | "Min" >> beam.CombinePerKey(min)
         )
         members = propagated | "ByLabel" >> beam.Map(lambda nl: (nl[1], nl[0]))
-        return (
-            {"member": members, "own": propagated}
-            | "JoinLabel" >> beam.CoGroupByKey()
-            | "Jump" >> beam.FlatMap(_jump)
-        )
+        return {"member": members, "own": propagated} | "JoinLabel" >> beam.CoGroupByKey() | "Jump" >> beam.FlatMap(_jump)
 
 
 def _jump(item: tuple[str, dict[str, list]]) -> Iterator[tuple[str, str]]:

@@ -4,6 +4,7 @@ The in-process runner is pinned explicitly: Beam 2.68+ otherwise first tries its
 downloads a binary (offline that fails and silently falls back). Every other Beam option passes through
 ``run.beam_args`` unchanged, so the same job runs on Dask, Flink, Spark or Dataflow.
 """
+
 from __future__ import annotations
 
 import os

@@ -9,6 +9,7 @@ and counting happen there and nowhere else; the counters travel as data into the
 Multi-output steps use ``(kind, value)`` pairs split by ``only`` rather than tagged outputs, which
 every runner handles alike.
 """
+
 from __future__ import annotations
 
 import logging
@@ -89,9 +90,7 @@ def wikipedia_tasks(cfg: WikipediaConfig) -> list:
     """Dumps planned into independently readable byte ranges (multistream), read in parallel."""
     indexes = list(cfg.index_paths) + [None] * (len(cfg.paths) - len(cfg.index_paths))
     return [
-        r
-        for path, index in zip(cfg.paths, indexes)
-        for r in plan_ranges(Path(path), Path(index) if index else None, cfg.streams_per_range)
+        r for path, index in zip(cfg.paths, indexes) for r in plan_ranges(Path(path), Path(index) if index else None, cfg.streams_per_range)
     ]
 
 
@@ -110,8 +109,9 @@ def records_of_batch(batch: list[Document | Reject], counts: Counter) -> list[Do
     return batch
 
 
-def read_tasks(p: beam.Pipeline, source: str, tasks: list, reader: Reader, spill_dir: str, clean: CleanConfig | None,
-               near: NearDedupConfig | None) -> beam.PCollection:
+def read_tasks(
+    p: beam.Pipeline, source: str, tasks: list, reader: Reader, spill_dir: str, clean: CleanConfig | None, near: NearDedupConfig | None
+) -> beam.PCollection:
     label = source.title()
     return (
         p
@@ -230,7 +230,12 @@ class WriteRejects(beam.PTransform):
             write_table_atomic(table, f"{directory}/{PART_PATTERN.format(index=index, count=parts)}")
             return dict(Counter(f"{s}.rejects.{r}" for s, r in zip(table["source"].to_pylist(), table["reason"].to_pylist())))
 
-        return rejects | "ByPart" >> beam.Map(lambda r: (part_of(r.id, parts), r)) | "GroupParts" >> beam.GroupByKey() | "Write" >> beam.Map(write)
+        return (
+            rejects
+            | "ByPart" >> beam.Map(lambda r: (part_of(r.id, parts), r))
+            | "GroupParts" >> beam.GroupByKey()
+            | "Write" >> beam.Map(write)
+        )
 
 
 def merge_counters(parts: Iterable[dict]) -> dict[str, int]:

@@ -1,6 +1,7 @@
 """Counts read back from the written documents and rejects, checked against the counters the job
 carried as data: what was read (counted where it was read) must equal what was written.
 """
+
 from __future__ import annotations
 
 from collections import Counter, defaultdict
@@ -42,7 +43,13 @@ def collect_stats(documents_dir: Path, rejects_dir: Path) -> dict[str, SourceSta
 
 def stats_to_json(stats: dict[str, SourceStats]) -> dict[str, dict]:
     return {
-        source: {"inputs": s.inputs, "documents": s.documents, "words": s.words, "bytes": s.bytes, "rejects": dict(sorted(s.rejects.items()))}
+        source: {
+            "inputs": s.inputs,
+            "documents": s.documents,
+            "words": s.words,
+            "bytes": s.bytes,
+            "rejects": dict(sorted(s.rejects.items())),
+        }
         for source, s in stats.items()
     }
 
@@ -68,10 +75,13 @@ def check_accounting(counters: dict[str, dict[str, int]], stats: dict[str, Sourc
         entry.inputs = read.get(f"{source}.inputs", read.get(f"{source}.records", 0))
         written = entry.documents + sum(entry.rejects.values())
         if entry.inputs != written:
-            problems.append(f"{source}: {entry.inputs} records read but {entry.documents} documents + "
-                            f"{sum(entry.rejects.values())} rejects written")
+            problems.append(
+                f"{source}: {entry.inputs} records read but {entry.documents} documents + {sum(entry.rejects.values())} rejects written"
+            )
         if documents.get(f"{source}.documents", 0) != entry.documents:
-            problems.append(f"{source}: the job wrote {documents.get(f'{source}.documents', 0)} documents, the files hold {entry.documents}")
+            problems.append(
+                f"{source}: the job wrote {documents.get(f'{source}.documents', 0)} documents, the files hold {entry.documents}"
+            )
         for reason in sorted(set(entry.rejects) | {n.split(".", 2)[2] for n in rejects if n.startswith(f"{source}.")}):
             counted = rejects.get(f"{source}.rejects.{reason}", 0)
             if counted != entry.rejects.get(reason, 0):

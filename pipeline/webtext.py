@@ -6,6 +6,7 @@ duplicate_url, ...). In offline mode with no dumps, the links are the captures o
 With ``lead_from_description``, pages are grouped by (host, description) before a lead is added:
 a description that other pages of the host share is the site's, not the article's.
 """
+
 from __future__ import annotations
 
 import html as html_lib
@@ -18,13 +19,13 @@ from urllib.parse import urlsplit
 import apache_beam as beam
 from apache_beam.pvalue import PCollection
 
+from corpusforge.config import Config, WebTextConfig
 from corpusforge.corpora.document import Document, Reject, make_id
 from corpusforge.corpora.extract import description_lead, extract_page, fix_mojibake, folded_words, meta_description
+from corpusforge.corpora.fetch import decode_page
 from corpusforge.corpora.reddit import SOURCE, Link, check_dump_format, read_submissions, screen, select_link
 from corpusforge.corpora.urls import Blocklist, clean_url
 from corpusforge.corpora.warc import Capture, iter_captures, warc_files
-from corpusforge.config import Config, WebTextConfig
-from corpusforge.corpora.fetch import decode_page
 from corpusforge.pipeline.fetch import FetchDoFn
 
 TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
@@ -82,8 +83,14 @@ def to_document(link: Link, capture: Capture, web: WebTextConfig) -> Document | 
     meta = {"subreddit": link.subreddit, "warc_record_id": capture.record_id, "timestamp": capture.date}
     if link.submission_ids:
         meta["score"] = str(link.score)
-    document = Document(id=make_id(SOURCE, link.key), source=SOURCE, title=link.title or page_title(html),
-                        text=text, url=url, meta={k: v for k, v in meta.items() if v})
+    document = Document(
+        id=make_id(SOURCE, link.key),
+        source=SOURCE,
+        title=link.title or page_title(html),
+        text=text,
+        url=url,
+        meta={k: v for k, v in meta.items() if v},
+    )
     description = meta_description(page) if web.extract.lead_from_description else ""
     if not description:
         return document
@@ -95,8 +102,7 @@ def links_from_warc(path: str, blocklist: Blocklist) -> list[tuple[str, Link] | 
     out: list[tuple[str, Link] | Reject] = []
     for capture in iter_captures(Path(path), max_bytes=0):
         cleaned = clean_url(capture.url)
-        link = Link(key=cleaned.key if cleaned else capture.url, url=capture.url, score=0, subreddit="", title="",
-                    submission_ids=())
+        link = Link(key=cleaned.key if cleaned else capture.url, url=capture.url, score=0, subreddit="", title="", submission_ids=())
         if cleaned is None:
             out.append(link_reject(link, "bad_url", capture.url))
         elif blocklist.blocked_domain(cleaned.host):
@@ -111,8 +117,12 @@ def links_from_warc(path: str, blocklist: Blocklist) -> list[tuple[str, Link] | 
 def first_capture(key: str, links: list[Link]) -> list[Link | Reject]:
     """One link per canonical URL (smallest spelling); every other capture is a counted duplicate."""
     ordered = sorted(links, key=lambda link: link.url)
-    duplicates = [link_reject(Link(key=f"{key}#{n}", url=link.url, score=0, subreddit="", title="", submission_ids=()),
-                              "duplicate_url", ordered[0].url) for n, link in enumerate(ordered[1:], start=1)]
+    duplicates = [
+        link_reject(
+            Link(key=f"{key}#{n}", url=link.url, score=0, subreddit="", title="", submission_ids=()), "duplicate_url", ordered[0].url
+        )
+        for n, link in enumerate(ordered[1:], start=1)
+    ]
     return [ordered[0], *duplicates]
 
 
@@ -127,8 +137,8 @@ def read_links(pipeline: beam.Pipeline, cfg: Config, blocklist: Blocklist) -> tu
     if not web.dumps:  # offline from WARCs alone
         paths = [str(p) for p in warc_files(warc_dir_of(cfg))]
         keyed, rejects = split(
-            pipeline | "WarcPaths" >> beam.Create(paths) | "WarcLinks" >> beam.FlatMap(links_from_warc, blocklist),
-            "SplitWarcLinks")
+            pipeline | "WarcPaths" >> beam.Create(paths) | "WarcLinks" >> beam.FlatMap(links_from_warc, blocklist), "SplitWarcLinks"
+        )
         grouped = keyed | "GroupWarcUrls" >> beam.GroupByKey() | "FirstCapture" >> beam.FlatMapTuple(first_capture)
         links, duplicates = split(grouped, "SplitDuplicates")
         return links, (rejects, duplicates) | "WarcRejects" >> beam.Flatten()
@@ -140,13 +150,11 @@ def read_links(pipeline: beam.Pipeline, cfg: Config, blocklist: Blocklist) -> tu
         | "ReadDumps" >> beam.FlatMap(lambda path: read_submissions(Path(path)))
     )
     submissions, malformed = split(records, "SplitMalformed")
-    screened, dropped = split(
-        submissions | "Screen" >> beam.Map(screen, blocklist, web.exclude_over_18), "SplitScreened")
+    screened, dropped = split(submissions | "Screen" >> beam.Map(screen, blocklist, web.exclude_over_18), "SplitScreened")
     selected = (
         screened
         | "GroupByUrl" >> beam.GroupByKey()
-        | "Karma" >> beam.FlatMapTuple(lambda key, subs: select_link(key, subs, karma_mode=web.karma_mode,
-                                                                      min_karma=web.min_karma))
+        | "Karma" >> beam.FlatMapTuple(lambda key, subs: select_link(key, subs, karma_mode=web.karma_mode, min_karma=web.min_karma))
     )
     links, unselected = split(selected, "SplitSelected")
     return links, (malformed, dropped, unselected) | "LinkRejects" >> beam.Flatten()
@@ -176,10 +184,12 @@ class WebText(beam.PTransform):
         documents, page_rejects = split(pages, "SplitPages")
         if web.extract.lead_from_description:
             parts = documents | "SplitDescribed" >> beam.Partition(lambda d, _: int(isinstance(d, Described)), 2)
-            led = (parts[1]
-                   | "ByHostDescription" >> beam.Map(lambda d: (d.key, d))
-                   | "GroupHostDescription" >> beam.GroupByKey()
-                   | "LeadOnce" >> beam.FlatMapTuple(lead_once))
+            led = (
+                parts[1]
+                | "ByHostDescription" >> beam.Map(lambda d: (d.key, d))
+                | "GroupHostDescription" >> beam.GroupByKey()
+                | "LeadOnce" >> beam.FlatMapTuple(lead_once)
+            )
             documents = (parts[0], led) | "Documents" >> beam.Flatten()
         rejects = (link_rejects, page_rejects) | "Rejects" >> beam.Flatten()
         return documents, rejects

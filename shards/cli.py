@@ -2,6 +2,7 @@
 
 Both only read: the histogram PNG is written only where ``--plot PATH`` says, never into the shards.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ from corpusforge.shards.verify import verify
 
 app = typer.Typer(help="Inspect and verify Arrow shard directories.", no_args_is_help=True, rich_markup_mode=None)
 VOCAB_HELP = "vocabulary directory or tokenizer.json, when the shards were moved without the one their manifest names"
-LOAD_HINT = "load with datasets: load_dataset(\"arrow\", data_files=\"{glob}\", split=\"train\")"
+LOAD_HINT = 'load with datasets: load_dataset("arrow", data_files="{glob}", split="train")'
 
 
 def not_shards_hint(directory: Path) -> str | None:

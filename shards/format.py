@@ -19,6 +19,7 @@ GPT columns (T = seq_len + 1):
   input_ids  fixed_size_list<id>[T]   window of T tokens; padded with <|endoftext|> after `length`
   length     uint32                   real tokens (T except for a flagged final partial window)
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -3,6 +3,7 @@
 Statistics come from the first ``sample`` examples in file order (200k by default) so that a
 multi-gigabyte directory is summarised in seconds; the summary says when it sampled.
 """
+
 from __future__ import annotations
 
 import io
@@ -89,8 +90,16 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     table = Table(title=f"{summary['task'].upper()} shards", show_header=False)
     table.add_column("figure")
     table.add_column("value", justify="right")
-    rows = [("shards", f"{summary['shards']:,}"), ("examples" if summary["task"] == "bert" else "windows", f"{summary['examples']:,}"), ("tokens", f"{summary['tokens']:,}")]
-    rows += [("sequence length", str(summary["sequence_length"])), ("mean length", f"{summary['mean_length']:.1f}"), ("padding", f"{summary['padding_fraction']:.2%}")]
+    rows = [
+        ("shards", f"{summary['shards']:,}"),
+        ("examples" if summary["task"] == "bert" else "windows", f"{summary['examples']:,}"),
+        ("tokens", f"{summary['tokens']:,}"),
+    ]
+    rows += [
+        ("sequence length", str(summary["sequence_length"])),
+        ("mean length", f"{summary['mean_length']:.1f}"),
+        ("padding", f"{summary['padding_fraction']:.2%}"),
+    ]
     if summary["task"] == "bert":
         rows += [
             ("predictions / example", f"{summary['predictions_per_example']:.2f}"),

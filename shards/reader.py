@@ -7,6 +7,7 @@ Writers should write one record batch per shard: then every column is one contig
 ``column_view`` is a true view. A shard with several record batches still reads correctly; use
 ``chunk_views`` for per-batch views, ``column_view`` then concatenates (one copy).
 """
+
 from __future__ import annotations
 
 import json

@@ -5,6 +5,7 @@ manifest validity, shard names, no missing shards, no stray ``*.arrow`` or half-
 files, each shard's size, sha256, schema, example and token counts and basic value sanity, the
 totals, and the vocabulary file's checksum and id type.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from corpusforge.shards.format import MANIFEST_NAME, SHARD_PATTERN, id_type
 from corpusforge.files import WORK_DIR, sha256_file
+from corpusforge.shards.format import MANIFEST_NAME, SHARD_PATTERN, id_type
 from corpusforge.shards.reader import Manifest, ShardEntry, ShardError, column_view, open_shard, read_manifest
 
 

@@ -13,6 +13,7 @@ columns) plus one spill file, whatever the corpus size.
 Every file is written under a temporary name and renamed into place; the manifest is removed
 before and written after all shards, so a directory without ``manifest.json`` is never complete.
 """
+
 from __future__ import annotations
 
 import json
@@ -65,7 +66,9 @@ def range_buckets(keys: np.ndarray, num_buckets: int) -> np.ndarray:
     return ((keys.astype(np.uint64) >> np.uint64(32)) * np.uint64(num_buckets)) >> np.uint64(32)
 
 
-def spill_pieces(directory: Path, origin: str, keys: np.ndarray, columns: dict[str, np.ndarray], schema: pa.Schema, num_buckets: int) -> None:
+def spill_pieces(
+    directory: Path, origin: str, keys: np.ndarray, columns: dict[str, np.ndarray], schema: pa.Schema, num_buckets: int
+) -> None:
     """Write the examples of one producer as ``directory/bucket-<b>/<origin>.arrow``, one file per range bucket.
 
     A file's name depends only on its bucket and ``origin`` (a stable name of the producer), so a
@@ -129,7 +132,12 @@ def _column_view(array: pa.Array) -> np.ndarray:
 
 def spilled_rows(directory: Path) -> int:
     """Examples in all spill files, from the batch headers (memory-mapped: the columns are not read)."""
-    return sum(batch.num_rows for paths in _spill_buckets(directory) for path in paths for batch in pa.ipc.open_stream(pa.memory_map(str(path), "r")))
+    return sum(
+        batch.num_rows
+        for paths in _spill_buckets(directory)
+        for path in paths
+        for batch in pa.ipc.open_stream(pa.memory_map(str(path), "r"))
+    )
 
 
 def row_bytes(schema: pa.Schema) -> int:
@@ -201,7 +209,9 @@ def write_shards(
     manifest = dict(manifest, shards=entries)
     if "vocab" in manifest:  # relative to the shard folder, so a directory moved together with its vocabulary still verifies
         manifest["vocab"] = dict(manifest["vocab"], path=os.path.relpath(Path(manifest["vocab"]["path"]).resolve(), out_dir.resolve()))
-    manifest["totals"] = dict(manifest.get("totals", {}), examples=sum(e["examples"] for e in entries), tokens=sum(e["tokens"] for e in entries))
+    manifest["totals"] = dict(
+        manifest.get("totals", {}), examples=sum(e["examples"] for e in entries), tokens=sum(e["tokens"] for e in entries)
+    )
     atomic_write_bytes(out_dir / MANIFEST_NAME, json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"))
     return manifest
 

@@ -1,4 +1,5 @@
 """Shared test fixtures: where the real public data lives and the bundled sample."""
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@ Paragraphs come from the books' bodies only (Project Gutenberg header, footer an
 or the reader would rightly cut the synthetic book there); each book draws its own paragraphs with a
 seeded generator, so a corpus of any size is deterministic and its books are not near-duplicates.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

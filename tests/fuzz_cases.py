@@ -5,6 +5,7 @@ properties checked on it are: no exception escapes (the designed ``InputFormatEr
 the one-line error for a file in the wrong format), counted inputs equal the records produced, and no
 case takes longer than ``time_bound(size)``.
 """
+
 from __future__ import annotations
 
 import bz2
@@ -49,6 +50,7 @@ def time_bound(size: int) -> float:
 
 # --- building blocks -----------------------------------------------------------------------------------------
 
+
 def repeated(tokens: list[str], max_repeat: int) -> st.SearchStrategy[str]:
     """A token run long enough to expose rescanning (``'<ref>' * 4000``), or a mix of tokens."""
     return st.one_of(
@@ -58,12 +60,17 @@ def repeated(tokens: list[str], max_repeat: int) -> st.SearchStrategy[str]:
 
 
 JSON_SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(min_value=10**300, max_value=10**400),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=10**300, max_value=10**400),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=30),
     st.sampled_from(["inf", "-inf", "nan", "1e999", "false", "true", "0", "", "https://example.com/a"]),
 )
-JSON_VALUES = st.recursive(JSON_SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                           max_leaves=12)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12
+)
 SUBMISSION_KEYS = ["id", "url", "score", "is_self", "over_18", "title", "subreddit", "created_utc", "crosspost_parent_list"]
 SUBMISSIONS = st.dictionaries(st.sampled_from(SUBMISSION_KEYS), JSON_VALUES, max_size=9)
 
@@ -80,32 +87,114 @@ REDDIT_LINES = st.one_of(
 )
 
 MARKUP_TOKENS = [
-    "<ref>", "</ref>", "<ref name=x/>", "<ref name=\"a\">", "</ref name=a>", "<math>", "</math>", "<!--", "-->",
-    "{{", "}}", "{{{", "}}}", "{|", "|}", "|-", "[[", "]]", "[", "]", "[http://x.org ", "[[File:a.png|", "|",
-    "\n", "\n=", "==", "=", "'''", "''", "<br/>", "<div ", ">", "&amp;", "&#x1F600;", "*", "#", ":", ";", " ", "\t",
-    "a", "word ", "(", ")", ",", "__TOC__", "----", "[[Category:X]]", "[[en:X]]", "<gallery>", "</table>",
+    "<ref>",
+    "</ref>",
+    "<ref name=x/>",
+    '<ref name="a">',
+    "</ref name=a>",
+    "<math>",
+    "</math>",
+    "<!--",
+    "-->",
+    "{{",
+    "}}",
+    "{{{",
+    "}}}",
+    "{|",
+    "|}",
+    "|-",
+    "[[",
+    "]]",
+    "[",
+    "]",
+    "[http://x.org ",
+    "[[File:a.png|",
+    "|",
+    "\n",
+    "\n=",
+    "==",
+    "=",
+    "'''",
+    "''",
+    "<br/>",
+    "<div ",
+    ">",
+    "&amp;",
+    "&#x1F600;",
+    "*",
+    "#",
+    ":",
+    ";",
+    " ",
+    "\t",
+    "a",
+    "word ",
+    "(",
+    ")",
+    ",",
+    "__TOC__",
+    "----",
+    "[[Category:X]]",
+    "[[en:X]]",
+    "<gallery>",
+    "</table>",
 ]
 MARKUP = st.one_of(repeated(MARKUP_TOKENS, 20_000), st.text(max_size=2000))
 
 GUTENBERG_LINES = [
-    "*** START OF THE PROJECT GUTENBERG EBOOK X ***", "***START OF THIS PROJECT GUTENBERG EBOOK", "*** END OF THE PROJECT GUTENBERG EBOOK X ***",
-    "End of Project Gutenberg's X", "*END*THE SMALL PRINT!", "Title: A Book", "www.gutenberg.orgTitle: Glued", "   continued title",
-    "Produced by Someone", "Transcriber's Notes", "", "Chapter 1", "It was a dark and stormy night.", "***", "*" * 50,
+    "*** START OF THE PROJECT GUTENBERG EBOOK X ***",
+    "***START OF THIS PROJECT GUTENBERG EBOOK",
+    "*** END OF THE PROJECT GUTENBERG EBOOK X ***",
+    "End of Project Gutenberg's X",
+    "*END*THE SMALL PRINT!",
+    "Title: A Book",
+    "www.gutenberg.orgTitle: Glued",
+    "   continued title",
+    "Produced by Someone",
+    "Transcriber's Notes",
+    "",
+    "Chapter 1",
+    "It was a dark and stormy night.",
+    "***",
+    "*" * 50,
 ]
-GUTENBERG = st.one_of(repeated(GUTENBERG_LINES, 3000).map(lambda text: text.replace("***", "\n***")),
-                      st.lists(st.sampled_from(GUTENBERG_LINES), max_size=300).map("\n".join), st.text(max_size=2000))
+GUTENBERG = st.one_of(
+    repeated(GUTENBERG_LINES, 3000).map(lambda text: text.replace("***", "\n***")),
+    st.lists(st.sampled_from(GUTENBERG_LINES), max_size=300).map("\n".join),
+    st.text(max_size=2000),
+)
 
 BOOK_BYTES = st.one_of(
     st.binary(max_size=5000),
-    st.builds(lambda text, codec: text.encode(codec, errors="replace"), st.text(max_size=2000),
-              st.sampled_from(["utf-8", "utf-16", "utf-16-le", "utf-32", "latin-1", "cp1252", "cp1251", "shift_jis"])),
+    st.builds(
+        lambda text, codec: text.encode(codec, errors="replace"),
+        st.text(max_size=2000),
+        st.sampled_from(["utf-8", "utf-16", "utf-16-le", "utf-32", "latin-1", "cp1252", "cp1251", "shift_jis"]),
+    ),
     st.builds(lambda data, n: data * n, st.binary(min_size=1, max_size=8), st.integers(1, 20_000)),
 )
 
 URL_PARTS = st.tuples(
     st.sampled_from(["http://", "https://", "HTTP://", "ftp://", "//", "", "javascript:", "http:/", "www."]),
-    st.one_of(st.sampled_from(["example.com", "www.Example.COM.", "[::1]", "[::1", "127.0.0.1", "xn--nxasmq6b.com", "ex ample.com",
-                               "user:pw@host.org", "a" * 300 + ".com", "münchen.de", "", "%41.com"]), st.text(max_size=30)),
+    st.one_of(
+        st.sampled_from(
+            [
+                "example.com",
+                "www.Example.COM.",
+                "[::1]",
+                "[::1",
+                "127.0.0.1",
+                "xn--nxasmq6b.com",
+                "ex ample.com",
+                "user:pw@host.org",
+                "a" * 300 + ".com",
+                "münchen.de",
+                "",
+                "%41.com",
+            ]
+        ),
+        st.text(max_size=30),
+    ),
     st.one_of(st.just(""), st.sampled_from([":80", ":443", ":99999", ":abc", ":-1", ":", ":0"]), st.integers().map(lambda p: f":{p}")),
     st.one_of(st.sampled_from(["/", "/a/../b/./c", "/%2F%7E", "/index.html", "/a b", "/\u00e9"]), st.text(max_size=40)),
     st.one_of(st.just(""), st.sampled_from(["?utm_source=x&b=2&a=1", "?a=%zz", "?&&=&", "?" + "a=1&" * 500]), st.text(max_size=30)),
@@ -113,13 +202,29 @@ URL_PARTS = st.tuples(
 )
 URLS = st.one_of(URL_PARTS.map("".join), st.text(max_size=200))
 
-CONTENT_TYPES = st.one_of(st.sampled_from([
-    "text/html", "text/html; charset=utf-8", "text/html; charset=x-unknown", "text/html; charset=", "text/html;charset=\"latin1\"",
-    "application/xhtml+xml", "image/png", "", "text/html; charset=utf-16", "TEXT/HTML; CHARSET=UTF-8"]), st.text(max_size=40))
+CONTENT_TYPES = st.one_of(
+    st.sampled_from(
+        [
+            "text/html",
+            "text/html; charset=utf-8",
+            "text/html; charset=x-unknown",
+            "text/html; charset=",
+            'text/html;charset="latin1"',
+            "application/xhtml+xml",
+            "image/png",
+            "",
+            "text/html; charset=utf-16",
+            "TEXT/HTML; CHARSET=UTF-8",
+        ]
+    ),
+    st.text(max_size=40),
+)
 ENCODINGS = st.sampled_from(["", "identity", "gzip", "deflate", "br", "x-gzip", "gzip, gzip", "garbage"])
 BODIES = st.one_of(
     st.binary(max_size=3000),
-    st.text(max_size=2000).map(lambda t: f"<html><head><meta charset=\"{t[:10]}\"></head><body><p>{t}</p></body></html>".encode("utf-8", "replace")),
+    st.text(max_size=2000).map(
+        lambda t: f'<html><head><meta charset="{t[:10]}"></head><body><p>{t}</p></body></html>'.encode("utf-8", "replace")
+    ),
     st.builds(lambda data, n: data * n, st.binary(min_size=1, max_size=8), st.integers(1, 20_000)),
 )
 
@@ -134,9 +239,18 @@ def _encode_body(body: bytes, encoding: str, mangle: bool) -> bytes:
 
 CAPTURES = st.builds(
     lambda status, content_type, encoding, body, mangle, reason, url: Capture(
-        url=url, final_url=url, status=status, reason=reason, body=_encode_body(body, encoding, mangle),
-        headers=(("Content-Type", content_type), ("Content-Encoding", encoding))),
-    st.sampled_from([200, 200, 200, 301, 404, 500, 0, 999]), CONTENT_TYPES, ENCODINGS, BODIES, st.booleans(),
+        url=url,
+        final_url=url,
+        status=status,
+        reason=reason,
+        body=_encode_body(body, encoding, mangle),
+        headers=(("Content-Type", content_type), ("Content-Encoding", encoding)),
+    ),
+    st.sampled_from([200, 200, 200, 301, 404, 500, 0, 999]),
+    CONTENT_TYPES,
+    ENCODINGS,
+    BODIES,
+    st.booleans(),
     st.sampled_from(["", "", "timeout"]),
     st.sampled_from(["https://example.com/", "https://例え.jp/ページ?q=é", "http://x.org/a b\r\nX-Injected: y", ""]),
 )
@@ -150,16 +264,22 @@ def _mutate(data: bytes, kind: str, where: float, payload: bytes) -> bytes:
     if kind == "insert":
         return data[:at] + payload + data[at:]
     if kind == "overwrite":
-        return data[:at] + payload + data[at + len(payload):]
-    return data[:at] + data[at + 1 + len(payload) * 20:]
+        return data[:at] + payload + data[at + len(payload) :]
+    return data[:at] + data[at + 1 + len(payload) * 20 :]
 
 
-DAMAGE = st.tuples(st.sampled_from(["cut", "insert", "overwrite", "drop"]), st.floats(0, 1),
-                   st.one_of(st.binary(min_size=1, max_size=40),
-                             st.sampled_from([b"\x00", b"\x01", b"<page>", b"</page>", b"</mediawiki>", b"<", b"&", b"]]>", b"<text>"])))
+DAMAGE = st.tuples(
+    st.sampled_from(["cut", "insert", "overwrite", "drop"]),
+    st.floats(0, 1),
+    st.one_of(
+        st.binary(min_size=1, max_size=40),
+        st.sampled_from([b"\x00", b"\x01", b"<page>", b"</page>", b"</mediawiki>", b"<", b"&", b"]]>", b"<text>"]),
+    ),
+)
 
 
 # --- targets --------------------------------------------------------------------------------------------------
+
 
 def reddit_line(line: bytes) -> int:
     parse_submission(line, "RS_fuzz.zst:1")

@@ -7,6 +7,7 @@ Pages come from the trafilatura evaluation set in the shared data. Fault endpoin
 bomb), /image (wrong content type), /private/... (robots.txt disallow), /latin1-declared-utf8 and
 /unknown-charset (bad charsets), /missing (404). Every loop on the server is bounded in time.
 """
+
 from __future__ import annotations
 
 import functools
@@ -103,8 +104,13 @@ class LocalServer:
         self.thread.join(timeout=5)
 
     @staticmethod
-    def send(handler: BaseHTTPRequestHandler, status: int, body: bytes = b"", content_type: str = "text/html",
-             headers: dict[str, str] | None = None) -> None:
+    def send(
+        handler: BaseHTTPRequestHandler,
+        status: int,
+        body: bytes = b"",
+        content_type: str = "text/html",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         handler.send_response(status)
         handler.send_header("Content-Type", content_type)
         handler.send_header("Content-Length", str(len(body)))

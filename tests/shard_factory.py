@@ -4,6 +4,7 @@ Random BERT examples look like create_pretraining_data.py output: [CLS] A [SEP] 
 about 15% of the real tokens masked (80% [MASK], 10% random, 10% unchanged), sorted positions.
 Given columns are written as they are, so a test can know every figure in advance.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -50,7 +51,9 @@ def random_bert_columns(
 
     input_ids = original.copy()
     action = rng.random((count, P))
-    replacement = np.where(action < 0.8, BERT_SPECIAL["mask"], np.where(action < 0.9, masked_ids, rng.integers(FIRST_WORD_ID, vocab_size, size=(count, P))))
+    replacement = np.where(
+        action < 0.8, BERT_SPECIAL["mask"], np.where(action < 0.9, masked_ids, rng.integers(FIRST_WORD_ID, vocab_size, size=(count, P)))
+    )
     input_ids[np.broadcast_to(rows, (count, P))[keep], masked_positions[keep]] = replacement[keep]
     dtype = np.uint16 if vocab_size <= 65535 else np.int32
     return {
@@ -64,7 +67,9 @@ def random_bert_columns(
     }
 
 
-def random_gpt_columns(count: int, *, seq_len: int = 64, vocab_size: int = 50257, partial_last: bool = True, seed: int = 0) -> dict[str, np.ndarray]:
+def random_gpt_columns(
+    count: int, *, seq_len: int = 64, vocab_size: int = 50257, partial_last: bool = True, seed: int = 0
+) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, vocab_size - 1, size=(count, seq_len + 1))
     length = np.full(count, seq_len + 1, dtype=np.uint32)
@@ -131,7 +136,13 @@ def write_shards(
         path = directory / name
         _atomic_write(path, lambda tmp, table=table: _write_ipc(tmp, table, batch_rows, ipc))
         entries.append(
-            {"file": name, "examples": size, "tokens": int(part["length"].astype(np.int64).sum()), "bytes": path.stat().st_size, "sha256": _sha256(path)}
+            {
+                "file": name,
+                "examples": size,
+                "tokens": int(part["length"].astype(np.int64).sum()),
+                "bytes": path.stat().st_size,
+                "sha256": _sha256(path),
+            }
         )
         start += size
 

@@ -1,6 +1,7 @@
 """Malformed input, rebuilt from the shared data in tmp_path: each case ends as a counted reject (or, for a
 file in the wrong format, one error naming it), never a crash and never silent loss; and reader-level
 accounting that notices a dropped record."""
+
 from __future__ import annotations
 
 import bz2
@@ -65,8 +66,14 @@ NESTED = '{"id": "n1", "url": "https://example.com/", "x": ' + "[" * 200_000 + "
         ('{"id": "s2", "url": "https://x.org/", "score": 1e999}', lambda s: s.score == 0),
         ('{"id": "s3", "url": "https://x.org/", "score": NaN, "created_utc": -Infinity}', lambda s: (s.score, s.created_utc) == (0, 0)),
         ('{"id": "s4", "url": "https://x.org/", "score": ' + "9" * 400 + "}", lambda s: s.score == 2**53),
-        ('{"id": "s5", "url": "https://x.org/", "score": "12", "created_utc": "1.6e9"}', lambda s: (s.score, s.created_utc) == (12, 1600000000)),
-        ('{"id": "s6", "url": "https://x.org/", "score": true, "title": {"a": 1}, "subreddit": [1]}', lambda s: (s.score, s.title, s.subreddit) == (0, "", "")),
+        (
+            '{"id": "s5", "url": "https://x.org/", "score": "12", "created_utc": "1.6e9"}',
+            lambda s: (s.score, s.created_utc) == (12, 1600000000),
+        ),
+        (
+            '{"id": "s6", "url": "https://x.org/", "score": true, "title": {"a": 1}, "subreddit": [1]}',
+            lambda s: (s.score, s.title, s.subreddit) == (0, "", ""),
+        ),
         ('{"id": "b1", "url": "https://x.org/", "is_self": "false", "over_18": "true"}', lambda s: (s.is_self, s.over_18) == (False, True)),
         ('{"id": "b2", "url": "https://x.org/", "is_self": "True", "over_18": 0}', lambda s: (s.is_self, s.over_18) == (True, False)),
         ('{"id": 42, "url": 17, "title": 3.5}', lambda s: (s.id, s.url, s.title) == ("42", "17", "3.5")),
@@ -192,12 +199,23 @@ def test_wrong_format_stops_early_on_a_big_file(tmp_path: Path, july: bytes) -> 
 def test_cli_names_a_wrong_format_dump_in_one_line(tmp_path: Path, july: bytes) -> None:
     path = tmp_path / "pretty.json"
     path.write_bytes(_wrong_formats(july)["pretty.json"])
-    outcome = CliRunner().invoke(app, [
-        "build", "--set", 'run.stages=["webtext"]', "--set", f"webtext.dumps=[{json.dumps(str(path))}]",
-        "--set", "webtext.offline=true", "--set", f"run.output_dir={json.dumps(str(tmp_path / 'out'))}"])
+    outcome = CliRunner().invoke(
+        app,
+        [
+            "build",
+            "--set",
+            'run.stages=["webtext"]',
+            "--set",
+            f"webtext.dumps=[{json.dumps(str(path))}]",
+            "--set",
+            "webtext.offline=true",
+            "--set",
+            f"run.output_dir={json.dumps(str(tmp_path / 'out'))}",
+        ],
+    )
     assert outcome.exit_code == 2, outcome.output
     message = " ".join(outcome.output.split())  # rich wraps the one line at the terminal width
-    message = message[message.index("error: "):]  # after the piped progress lines (stage started / FAILED)
+    message = message[message.index("error: ") :]  # after the piped progress lines (stage started / FAILED)
     assert message.startswith(f"error: {path}: none of its") and message.endswith("or plain NDJSON"), message
     assert "Traceback" not in outcome.output
 
@@ -233,6 +251,7 @@ def test_a_page_over_its_budget_is_a_markup_timeout_reject(shared_data: Path) ->
 
 # --- Books, extraction -------------------------------------------------------------------------------------
 
+
 def test_title_glued_to_the_line_before_is_still_found(shared_data: Path, tmp_path: Path) -> None:
     data = (shared_data / "books" / "en" / "11-0.txt").read_bytes()
     glued = re.sub(rb"(www\.gutenberg\.org)\s+(Title:)", rb"\1\2", data, count=1)
@@ -254,6 +273,7 @@ def test_a_worker_that_cannot_start_rejects_the_page() -> None:
 
 
 # --- Accounting: counted where read, so a dropped record shows ----------------------------------------------
+
 
 def _records(items) -> int:
     return sum(isinstance(x, (Document, Reject, Submission, Capture)) for x in items)

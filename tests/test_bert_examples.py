@@ -1,4 +1,5 @@
 """BERT example recipe (google-research/bert semantics, with its bugs fixed) and the Beam stage on real text."""
+
 from __future__ import annotations
 
 import itertools
@@ -9,19 +10,25 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from shard_factory import assert_hf_reads_like_pyarrow, bert_tokenizer_json
 
+from corpusforge.config import BertConfig, ShardsConfig
 from corpusforge.corpora.document import Document
 from corpusforge.corpora.gutenberg import strip_gutenberg
 from corpusforge.corpora.sentences import split_sentences
 from corpusforge.corpora.wikipedia import plan_ranges, read_range
-from corpusforge.config import BertConfig, ShardsConfig
-from corpusforge.examples.bert_examples import MaskingVocab, TokenizedDocument, create_bucket_examples, tokenize_documents, truncate_seq_pairs
-from corpusforge.pipeline.documents_io import documents_table, write_table_atomic
-from corpusforge.pipeline.examples_stage import load_documents, spill_documents, write_bert_shards
+from corpusforge.examples.bert_examples import (
+    MaskingVocab,
+    TokenizedDocument,
+    create_bucket_examples,
+    tokenize_documents,
+    truncate_seq_pairs,
+)
 from corpusforge.examples.sentence_tokens import SentenceEncoder
 from corpusforge.examples.vocab import load_tokenizer
+from corpusforge.pipeline.documents_io import documents_table, write_table_atomic
+from corpusforge.pipeline.examples_stage import load_documents, spill_documents, write_bert_shards
 from corpusforge.shards.reader import open_shard, read_manifest
-from shard_factory import assert_hf_reads_like_pyarrow, bert_tokenizer_json
 
 BOOKS = ["11-0.txt", "35-0.txt", "41-0.txt", "43-0.txt"]
 
@@ -61,7 +68,9 @@ def documents(shared_data) -> list[Document]:
 
 @pytest.fixture(scope="module")
 def tokenized(documents, vocab_dir, vocab) -> list[TokenizedDocument]:
-    docs, counters = tokenize_documents(SentenceEncoder(load_tokenizer(vocab_dir), vocab.id_dtype), [(d.id, split_sentences(d.text)) for d in documents])
+    docs, counters = tokenize_documents(
+        SentenceEncoder(load_tokenizer(vocab_dir), vocab.id_dtype), [(d.id, split_sentences(d.text)) for d in documents]
+    )
     assert counters["documents"] == len(documents) == len(docs) + counters["empty_documents"]
     return sorted(docs, key=lambda d: d.id)
 
@@ -258,8 +267,13 @@ def test_beam_stage_writes_identical_shards_on_every_runner(parquet_documents, v
     for mode, workers in (("in_memory", 1), ("multi_processing", 2)):
         options = PipelineOptions([], runner="DirectRunner", direct_running_mode=mode, direct_num_workers=workers)
         runs[mode] = write_bert_shards(options, parquet_documents, vocab_dir, tmp_path / mode, bert, shards, seed=5)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as cluster, Client(cluster):
-        options = PipelineOptions(["--runner=corpusforge.pipeline.dask_runner.DaskRunner", f"--dask_client_address={cluster.scheduler_address}"])
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as cluster,
+        Client(cluster),
+    ):
+        options = PipelineOptions(
+            ["--runner=corpusforge.pipeline.dask_runner.DaskRunner", f"--dask_client_address={cluster.scheduler_address}"]
+        )
         runs["dask"] = write_bert_shards(options, parquet_documents, vocab_dir, tmp_path / "dask", bert, shards, seed=5)
     assert not list(tmp_path.glob("*/.sort-*"))  # spill folders removed
     one = runs["in_memory"]
@@ -293,7 +307,9 @@ def test_sentences_without_tokens_are_dropped_and_counted(vocab_dir, vocab):
 
 
 def test_short_examples_predict_one_token_and_an_empty_bucket_gives_empty_columns(vocab):
-    docs = [TokenizedDocument(f"d{i}", np.arange(1000 + 10 * i, 1006 + 10 * i).astype(vocab.id_dtype), np.array([0, 2, 4, 6])) for i in range(8)]
+    docs = [
+        TokenizedDocument(f"d{i}", np.arange(1000 + 10 * i, 1006 + 10 * i).astype(vocab.id_dtype), np.array([0, 2, 4, 6])) for i in range(8)
+    ]
     examples, _, cfg = make(docs, vocab)
     lengths = examples.length.astype(np.int64)
     assert len(examples) >= 8 and (lengths < 10).sum() >= 5  # 0.15 x length rounds to 1 or less: one prediction

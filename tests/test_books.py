@@ -1,4 +1,5 @@
 """Books source: decoding, Gutenberg stripping, paragraph unwrapping, EPUB, rejects, the bundled sample."""
+
 from __future__ import annotations
 
 import codecs
@@ -41,18 +42,37 @@ def test_every_shared_book_is_one_clean_document(shared_books: dict[str, Documen
 @pytest.mark.parametrize(
     ("name", "title", "opening", "ending"),
     [
-        ("en/Pride_and_Prejudice_JaneAusten.txt", "Pride and Prejudice",
-         "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife.",
-         "had been the means of uniting them."),
+        (
+            "en/Pride_and_Prejudice_JaneAusten.txt",
+            "Pride and Prejudice",
+            "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife.",
+            "had been the means of uniting them.",
+        ),
         ("en/2701-0.txt", "Moby Dick; or The Whale", "Call me Ishmael.", "only found another orphan."),
-        ("en/11-0.txt", "Alice’s Adventures in Wonderland",
-         "Alice was beginning to get very tired of sitting by her sister on the bank,", "and the happy summer days.\n\nTHE END"),
-        ("en/98-0.txt", "A Tale of Two Cities A Story of the French Revolution",
-         "It was the best of times, it was the worst of times,", "than I have ever known.”"),
-        ("en/43-0.txt", "The Strange Case Of Dr. Jekyll And Mr. Hyde",  # start marker wrapped over two lines
-         "Mr. Utterson the lawyer was a man of a rugged countenance", "unhappy Henry Jekyll to an end."),
-        ("en/308-0.txt", "Three Men in a Boat (to say nothing of the dog)",  # ***START OF THE ...*** variant
-         "There were four of us—George, and William Samuel Harris, and myself,", "not going to be idiot enough to advertise."),
+        (
+            "en/11-0.txt",
+            "Alice’s Adventures in Wonderland",
+            "Alice was beginning to get very tired of sitting by her sister on the bank,",
+            "and the happy summer days.\n\nTHE END",
+        ),
+        (
+            "en/98-0.txt",
+            "A Tale of Two Cities A Story of the French Revolution",
+            "It was the best of times, it was the worst of times,",
+            "than I have ever known.”",
+        ),
+        (
+            "en/43-0.txt",
+            "The Strange Case Of Dr. Jekyll And Mr. Hyde",  # start marker wrapped over two lines
+            "Mr. Utterson the lawyer was a man of a rugged countenance",
+            "unhappy Henry Jekyll to an end.",
+        ),
+        (
+            "en/308-0.txt",
+            "Three Men in a Boat (to say nothing of the dog)",  # ***START OF THE ...*** variant
+            "There were four of us—George, and William Samuel Harris, and myself,",
+            "not going to be idiot enough to advertise.",
+        ),
         ("fr/Candide.txt", "Candide", "Il y avait en Vestphalie", "FIN DE CANDIDE."),
     ],
 )
@@ -198,8 +218,13 @@ def test_epub_round_trip_in_spine_order(tmp_path: Path) -> None:
     assert isinstance(doc, Document)
     assert doc.title == "The Test Voyage" and doc.meta == {"file": "voyage.epub"}
     assert doc.text.split("\n\n") == [
-        "Chapter Two", "First item.", "Second item.",
-        "Chapter One", "The ship left at dawn. Nobody waved.", "A nested paragraph.", "A quoted line.",
+        "Chapter Two",
+        "First item.",
+        "Second item.",
+        "Chapter One",
+        "The ship left at dawn. Nobody waved.",
+        "A nested paragraph.",
+        "A quoted line.",
     ]
 
 

@@ -1,4 +1,5 @@
 """The documents job end to end: accounting, runner independence (in-process, multi_processing, Dask), bad input."""
+
 from __future__ import annotations
 
 import bz2
@@ -12,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from corpusforge.build import run_build
 from corpusforge.cli import app
 from corpusforge.config import load_config
-from corpusforge.build import run_build
 from corpusforge.pipeline.documents_io import output_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +69,10 @@ def real_inputs(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> 
         shutil.copy(shared_data / "books" / name, books / name)
     dump = root / "enwiki-multistream.xml.bz2"
     build_multistream(
-        next((shared_data / "wikipedia").glob("enwiki-latest-pages-articles1*")), dump, root / "enwiki-multistream-index.txt.bz2", pages_per_stream=20
+        next((shared_data / "wikipedia").glob("enwiki-latest-pages-articles1*")),
+        dump,
+        root / "enwiki-multistream-index.txt.bz2",
+        pages_per_stream=20,
     )
     return books, dump
 
@@ -89,8 +93,16 @@ def test_output_identical_across_runners(tmp_path: Path, real_inputs: tuple[Path
 
     in_process = _real_build(tmp_path / "in_memory", real_inputs)
     _real_build(tmp_path / "multi", real_inputs, 'run.direct_running_mode="multi_processing"', "run.direct_num_workers=2")
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as cluster, Client(cluster):
-        _real_build(tmp_path / "dask", real_inputs, 'run.runner="DaskRunner"', f'run.beam_args=["--dask_client_address={cluster.scheduler_address}"]')
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as cluster,
+        Client(cluster),
+    ):
+        _real_build(
+            tmp_path / "dask",
+            real_inputs,
+            'run.runner="DaskRunner"',
+            f'run.beam_args=["--dask_client_address={cluster.scheduler_address}"]',
+        )
     reference = _digests(tmp_path / "in_memory")
     assert in_process.stats["wikipedia"].documents > 50 and in_process.stats["books"].documents == 3
     assert _digests(tmp_path / "multi") == reference
@@ -104,7 +116,7 @@ def test_bad_inputs_become_counted_rejects(tmp_path: Path, shared_data: Path) ->
     shutil.copy(shared_data / "books" / "en" / "11-0.txt", books / "alice.txt")
     raw = bz2.decompress(next((shared_data / "wikipedia").glob("enwiki-latest-pages-articles1*")).read_bytes())
     truncated = tmp_path / "truncated.xml.bz2"
-    truncated.write_bytes(bz2.compress(raw)[: 400_000])
+    truncated.write_bytes(bz2.compress(raw)[:400_000])
     malformed = tmp_path / "malformed.xml"
     malformed.write_bytes(raw[: raw.index(b"</page>", 200_000)] + b"<page><title>x</broken>")
     result = _build(
@@ -124,7 +136,15 @@ def test_cli_reports_unusable_input_in_one_line(tmp_path: Path) -> None:
     empty.mkdir()
     runner = CliRunner()
     outcome = runner.invoke(
-        app, ["build", str(DEMO), "--set", f"books.paths=[{json.dumps(str(empty))}]", "--set", f"run.output_dir={json.dumps(str(tmp_path / 'o'))}"]
+        app,
+        [
+            "build",
+            str(DEMO),
+            "--set",
+            f"books.paths=[{json.dumps(str(empty))}]",
+            "--set",
+            f"run.output_dir={json.dumps(str(tmp_path / 'o'))}",
+        ],
     )
     assert outcome.exit_code == 2
     assert "error:" in outcome.output and str(empty) in outcome.output

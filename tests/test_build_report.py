@@ -1,4 +1,5 @@
 """What a person watching a build sees: stage lines, -v/-q, the live view, and OUT/report.html against the manifest."""
+
 from __future__ import annotations
 
 import base64
@@ -90,7 +91,9 @@ def test_report_figures_equal_the_manifests_and_images_are_pngs(demo_build):
     for source in manifest["counters"]:
         for name in ("inputs", "documents", "rejects", "words"):
             assert f"counters.{source}.{name}" in figures
-    assert {"shards.bert.totals.examples", "shards.gpt.totals.tokens", "config.vocab.wordpiece_vocab_size", "stage_seconds.total"} <= set(figures)
+    assert {"shards.bert.totals.examples", "shards.gpt.totals.tokens", "config.vocab.wordpiece_vocab_size", "stage_seconds.total"} <= set(
+        figures
+    )
     for key, value in figures.items():
         assert value == _lookup(out, manifest, key), key
     images = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,([^"]+)"', page)

@@ -1,4 +1,5 @@
 """Text normalisation, duplicate keys and language identification."""
+
 from __future__ import annotations
 
 from pathlib import Path

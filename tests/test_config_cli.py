@@ -1,4 +1,5 @@
 """``config show``/``config reference``, docs/config.md, ``--version``, ``--set`` errors and the help text."""
+
 from __future__ import annotations
 
 import tomllib
@@ -79,12 +80,21 @@ def test_train_picks_the_model_family_from_the_shards(tmp_path, shared_data):
 
     vocab = shared_data / "vocab" / "gpt2"
     (tmp_path / "gpt").mkdir()
-    shards = write_shards(tmp_path / "gpt", random_gpt_columns(16, seq_len=16), [16], task="gpt",
-                          tokenizer_json=gpt_tokenizer_json(vocab / "vocab.json", vocab / "merges.txt", tmp_path / "gpt"))
+    shards = write_shards(
+        tmp_path / "gpt",
+        random_gpt_columns(16, seq_len=16),
+        [16],
+        task="gpt",
+        tokenizer_json=gpt_tokenizer_json(vocab / "vocab.json", vocab / "merges.txt", tmp_path / "gpt"),
+    )
     quick = ["--steps", "1", "--batch-size", "2", "--holdout-examples", "0", "--set", "train.num_workers=0", "--no-compile"]
     trained = runner.invoke(app, ["train", "--shards", str(shards), "--out", str(tmp_path / "run"), *quick])
     assert trained.exit_code == 0, trained.output
     state = read_state(resolve_checkpoint(tmp_path / "run"))
     assert state["train_config"]["model"] == "gpt-small" and state["task"] == "gpt"
     wrong = runner.invoke(app, ["train", "--shards", str(shards), "--model", "bert-tiny", *quick])
-    assert wrong.exit_code == 2 and "--model bert-tiny is a BERT model but" in wrong.output and "GPT shards (e.g. --model gpt-small)" in wrong.output
+    assert (
+        wrong.exit_code == 2
+        and "--model bert-tiny is a BERT model but" in wrong.output
+        and "GPT shards (e.g. --model gpt-small)" in wrong.output
+    )

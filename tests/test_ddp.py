@@ -5,6 +5,7 @@ process with batch 8 accumulating 2 micro-batches sees the same halves (ShardStr
 slice r of every global batch) and averages the same gradients. With dropout off both must reach the
 same weights, up to float summation order.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,17 @@ STEPS = 6
 
 
 def config(global_batch: int) -> TrainConfig:
-    return TrainConfig(model="bert-tiny", steps=STEPS, batch_size=8, global_batch_size=global_batch, lr=1e-3, dropout=0.0, num_workers=0, log_every=3, checkpoint_every=0)
+    return TrainConfig(
+        model="bert-tiny",
+        steps=STEPS,
+        batch_size=8,
+        global_batch_size=global_batch,
+        lr=1e-3,
+        dropout=0.0,
+        num_workers=0,
+        log_every=3,
+        checkpoint_every=0,
+    )
 
 
 def rank_main(rank: int, port: int, shards: Path, run_dir: Path) -> None:

@@ -1,6 +1,7 @@
 """The bundled demo built as a user builds it (``corpusforge build configs/demo.toml``), judged by what it leaves:
 files that verify, a summary whose figures are the files', a manifest whose checksums are the files', and the
 same bytes from a second build. Every stage runs: sources, clean, dedup, near_dedup, vocab, bert, gpt."""
+
 from __future__ import annotations
 
 import hashlib
@@ -42,7 +43,12 @@ def parquet_rows(folder: Path, columns: list[str]) -> list[dict]:
 
 def data_files(out: Path) -> list[Path]:
     """What a build makes from its inputs (manifests and the report also record paths and timings)."""
-    return [path for folder in ("documents", "rejects", "vocab", "shards") for path in (out / folder).rglob("*") if path.is_file() and path.name != "manifest.json"]
+    return [
+        path
+        for folder in ("documents", "rejects", "vocab", "shards")
+        for path in (out / folder).rglob("*")
+        if path.is_file() and path.name != "manifest.json"
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +106,9 @@ def test_a_second_build_writes_the_same_bytes(demo, tmp_path):
     again = tmp_path / "again"
     cli_build(again)
     made = sorted(path.relative_to(out) for path in data_files(out))
-    assert [str(p) for p in made if p.suffix == ".arrow"] == ["shards/bert/shard-00000-of-00001.arrow", "shards/gpt/shard-00000-of-00001.arrow"]
+    assert [str(p) for p in made if p.suffix == ".arrow"] == [
+        "shards/bert/shard-00000-of-00001.arrow",
+        "shards/gpt/shard-00000-of-00001.arrow",
+    ]
     assert made == sorted(path.relative_to(again) for path in data_files(again))
     assert [p for p in made if sha256(out / p) != sha256(again / p)] == []

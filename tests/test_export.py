@@ -1,4 +1,5 @@
 """HF export: transformers loads the exported directory and computes the same logits as our model."""
+
 from __future__ import annotations
 
 import json
@@ -55,10 +56,28 @@ def gpt_shards(tmp_path_factory, shared_data) -> Path:
 def test_bert_export_logits_match_transformers(bert_shards, tmp_path):
     """Through the command line: ``train`` a few steps, then ``export RUN OUT --format hf``."""
     run, out = tmp_path / "run", tmp_path / "hf"
-    trained = CliRunner().invoke(app, [
-        "train", "--shards", str(bert_shards), "--out", str(run), "--model", "bert-tiny", "--steps", "3",
-        "--batch-size", "8", "--lr", "1e-3", "--set", "train.num_workers=0", "--set", "train.seed=3",
-    ])
+    trained = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "--shards",
+            str(bert_shards),
+            "--out",
+            str(run),
+            "--model",
+            "bert-tiny",
+            "--steps",
+            "3",
+            "--batch-size",
+            "8",
+            "--lr",
+            "1e-3",
+            "--set",
+            "train.num_workers=0",
+            "--set",
+            "train.seed=3",
+        ],
+    )
     assert trained.exit_code == 0, trained.output
     exported = CliRunner().invoke(app, ["export", str(run), str(out), "--format", "hf"])
     assert exported.exit_code == 0 and str(out) in exported.output, exported.output

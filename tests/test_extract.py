@@ -1,4 +1,5 @@
 """Extraction of real pages from trafilatura's evaluation set, the time limit, and the quality rules."""
+
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from corpusforge.config import ExtractConfig
 from corpusforge.corpora.extract import (
     ExtractorProcess,
     description_lead,
@@ -23,7 +25,6 @@ from corpusforge.corpora.extract import (
     with_lead,
 )
 from corpusforge.corpora.quality import quality_reject
-from corpusforge.config import ExtractConfig
 
 PAGES = ("wired.com.burn.html", "businessjargons.com.leadership.html", "bsi.de-ki.html", "rnz.de.witzel.html")
 
@@ -86,22 +87,23 @@ BODY = "\u201cWe didn\u2019t expect it\u201d \u2014 said the mayor, who opened t
 @pytest.mark.parametrize(
     "description",
     [
-        "\"We didn't expect it\" - said the mayor, who opened the new bridge across the river on Monday.",  # straight quotes, hyphen
+        '"We didn\'t expect it" - said the mayor, who opened the new bridge across the river on Monday.',  # straight quotes, hyphen
         "We didn't expect it, said the mayor, who opened the new bridge across the river on Monday",  # punctuation
         "\u201cWe didn\u2019t expect it\u201d \u2014 said the mayor, who opened the new bri...",  # truncated mid-word
-        "\"We didn't expect it\" - said the mayor, who opened the new\u2026",
+        '"We didn\'t expect it" - said the mayor, who opened the new\u2026',
     ],
 )
 def test_lead_spelling_variants_are_not_added_again(description):
-    html = (f'<html><head><meta name="description" content="{description}"></head>'
-            f"<body><p>{BODY}</p></body></html>").encode()
+    html = (f'<html><head><meta name="description" content="{description}"></head><body><p>{BODY}</p></body></html>').encode()
     assert description_lead(BODY.replace(", who", ",\nwho") + "\nMore text.", html) == ""  # other line breaks
 
 
 def test_lead_hidden_or_too_short_is_not_added():
     text = "The council met on Tuesday to discuss the budget for the coming year."
-    hidden = b'<html><head><meta name="description" content="Read the latest local news from our city desk today"></head>' \
-             b"<body><p>The council met on Tuesday.</p></body></html>"
+    hidden = (
+        b'<html><head><meta name="description" content="Read the latest local news from our city desk today"></head>'
+        b"<body><p>The council met on Tuesday.</p></body></html>"
+    )
     assert description_lead(text, hidden) == ""  # only in <meta>: an SEO summary, not the article's lead
     shown = hidden.replace(b"<body>", b"<body><p class=teaser>Read the latest local news from our city desk today</p>")
     assert description_lead(text, shown) == "Read the latest local news from our city desk today"
@@ -128,7 +130,10 @@ def test_repeated_paragraphs_are_kept_once():
 
 
 def test_meta_description_forms():
-    assert meta_description(b'<meta property="og:description" content="A &amp; B\n  here"><meta name="description" content="x">') == "A & B here"
+    assert (
+        meta_description(b'<meta property="og:description" content="A &amp; B\n  here"><meta name="description" content="x">')
+        == "A & B here"
+    )
     assert meta_description(b"<META CONTENT='Caf\xc3\xa9 news' NAME='Description'>") == "Caf\u00e9 news"
     assert meta_description(b'<meta name="description" content="  "><meta name="keywords" content="a, b">') == ""
     assert meta_description(b'<meta name="twitter:description" content="not this one">') == ""

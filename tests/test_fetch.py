@@ -1,4 +1,5 @@
 """The fetcher against a real HTTP server on 127.0.0.1: faults, SSRF refusals, politeness, WARC."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,15 +10,33 @@ from pathlib import Path
 import pytest
 from http_fixture import LocalServer, extract_pages
 
-from corpusforge.corpora.warc import Capture, WarcFile, index_warcs, iter_captures, read_capture
 from corpusforge.config import FetchConfig
-from corpusforge.corpora.fetch import (AddressPolicy, BlockedAddress, Fetcher, SafeResolver, batch_warc_name, decode_body,
-                                      decode_page, html_to_text)
+from corpusforge.corpora.fetch import (
+    AddressPolicy,
+    BlockedAddress,
+    Fetcher,
+    SafeResolver,
+    batch_warc_name,
+    decode_body,
+    decode_page,
+    html_to_text,
+)
+from corpusforge.corpora.warc import Capture, WarcFile, index_warcs, iter_captures, read_capture
 from corpusforge.pipeline.fetch import FetchDoFn
 
-FAST = dict(per_host_delay_s=0.0, per_host_concurrency=16, concurrency=16, connect_timeout_s=2, read_timeout_s=1.0,
-            total_timeout_s=2.5, url_deadline_s=5, max_body_bytes=2_000_000, max_decoded_bytes=5_000_000,
-            backoff_s=0.1, retries=2)
+FAST = dict(
+    per_host_delay_s=0.0,
+    per_host_concurrency=16,
+    concurrency=16,
+    connect_timeout_s=2,
+    read_timeout_s=1.0,
+    total_timeout_s=2.5,
+    url_deadline_s=5,
+    max_body_bytes=2_000_000,
+    max_decoded_bytes=5_000_000,
+    backoff_s=0.1,
+    retries=2,
+)
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +129,24 @@ def test_redirect_to_named_loopback_refused_when_only_the_ip_literal_is_allowed(
 
 @pytest.mark.parametrize(
     "address",
-    ["127.0.0.1", "10.0.0.1", "172.16.5.4", "192.168.1.1", "169.254.169.254", "0.0.0.0", "224.0.0.1", "240.0.0.1",
-     "100.64.0.1", "::1", "::", "fe80::1", "fc00::1", "ff02::1", "::ffff:127.0.0.1", "::ffff:169.254.169.254"],
+    [
+        "127.0.0.1",
+        "10.0.0.1",
+        "172.16.5.4",
+        "192.168.1.1",
+        "169.254.169.254",
+        "0.0.0.0",
+        "224.0.0.1",
+        "240.0.0.1",
+        "100.64.0.1",
+        "::1",
+        "::",
+        "fe80::1",
+        "fc00::1",
+        "ff02::1",
+        "::ffff:127.0.0.1",
+        "::ffff:169.254.169.254",
+    ],
 )
 def test_policy_refuses_non_public_addresses(address):
     with pytest.raises(BlockedAddress):
@@ -162,8 +197,10 @@ def test_decompression_bomb_and_charsets(server):
         assert reason == "" and "Le café crème coûte" in html  # type: ignore[operator]
     assert html_to_text('<meta charset="windows-1251"><p>Привет'.encode("cp1251"), "text/html")[0].endswith("Привет")
     assert decode_body(Capture(url="u", headers=(("Content-Encoding", "br"),), body=b"x"), 100) == (None, "bad_encoding")
-    assert decode_body(Capture(url="u", headers=(("Content-Encoding", "gzip"),), body=gzip.compress(b"a" * 101)), 100) \
-        == (None, "decompression_bomb")
+    assert decode_body(Capture(url="u", headers=(("Content-Encoding", "gzip"),), body=gzip.compress(b"a" * 101)), 100) == (
+        None,
+        "decompression_bomb",
+    )
 
 
 def test_warc_round_trip_of_pages_and_failures(server, pages, tmp_path):
@@ -173,8 +210,9 @@ def test_warc_round_trip_of_pages_and_failures(server, pages, tmp_path):
         written = [warc.write(c) for c in captures]
     assert [p.name for p in tmp_path.iterdir()] == ["a.warc.gz"]  # no temporary file left behind
     replayed = list(iter_captures(tmp_path / "a.warc.gz"))
-    assert [(c.url, c.final_url, c.status, c.reason, c.body, c.record_id) for c in replayed] == \
-        [(c.url, c.final_url, c.status, c.reason, c.body, c.record_id) for c in written]
+    assert [(c.url, c.final_url, c.status, c.reason, c.body, c.record_id) for c in replayed] == [
+        (c.url, c.final_url, c.status, c.reason, c.body, c.record_id) for c in written
+    ]
     index = index_warcs(tmp_path)
     assert set(index) == {c.url for c in captures}
     assert decode_body(read_capture(*index[server.url(f"/gzip/{name}")]), 10**7) == (pages[name], "")
@@ -215,12 +253,17 @@ def test_backoff_reads_retry_after_seconds_and_dates_and_caps_them():
     async def backoffs() -> list[float]:
         fetcher = Fetcher(FetchConfig(backoff_s=0.5, max_retry_after_s=30))
         try:
+
             def after(value: str) -> Capture:
                 return Capture(url="u", status=429, headers=(("Retry-After", value),))
 
-            return [fetcher._backoff(after("7"), 0), fetcher._backoff(after("3600"), 0),
-                    fetcher._backoff(after("Wed, 21 Oct 2015 07:28:00 GMT"), 0), fetcher._backoff(after("soon"), 2),
-                    fetcher._backoff(Capture(url="u", status=503), 1)]
+            return [
+                fetcher._backoff(after("7"), 0),
+                fetcher._backoff(after("3600"), 0),
+                fetcher._backoff(after("Wed, 21 Oct 2015 07:28:00 GMT"), 0),
+                fetcher._backoff(after("soon"), 2),
+                fetcher._backoff(Capture(url="u", status=503), 1),
+            ]
         finally:
             await fetcher.close()
 
@@ -246,7 +289,9 @@ def test_fetch_dofn_writes_one_warc_per_batch_and_replays_it(server, pages, tmp_
     hits = dict(server.hits)
     again = run([(url, "p") for url in urls] + [(server.url("/never-fetched"), "new")], offline=True)
     assert {c.url: (c.reason, c.record_id) for _, c in again} == {
-        **{c.url: (c.reason, c.record_id) for _, c in first}, server.url("/never-fetched"): ("not_in_warc", "")}
+        **{c.url: (c.reason, c.record_id) for _, c in first},
+        server.url("/never-fetched"): ("not_in_warc", ""),
+    }
     assert dict(server.hits) == hits  # replay and offline miss touch no server
 
 

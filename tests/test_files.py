@@ -1,4 +1,5 @@
 """Atomic writes: a target is either the old bytes or the new ones, and no temporary file is left."""
+
 from __future__ import annotations
 
 import pytest

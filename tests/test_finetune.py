@@ -4,6 +4,7 @@ The dev metric is checked against an independent reading of the real GLUE dev fi
 module, not our reader) and an independent formula; MCC is checked against Pearson's correlation of
 the two binary vectors (equal by definition) and F1 against precision and recall.
 """
+
 from __future__ import annotations
 
 import csv
@@ -39,7 +40,9 @@ def bert_run(tmp_path_factory, shared_data) -> Path:
     """bert-tiny after 3 real steps on shards with the bert-base-uncased vocabulary."""
     directory = tmp_path_factory.mktemp("bert")
     tokenizer = bert_tokenizer_json(shared_data / "vocab" / "bert-base-uncased" / "vocab.txt", directory)
-    shards = write_shards(directory / "shards", random_bert_columns(64, max_seq_length=64, max_predictions=10), [64], tokenizer_json=tokenizer)
+    shards = write_shards(
+        directory / "shards", random_bert_columns(64, max_seq_length=64, max_predictions=10), [64], tokenizer_json=tokenizer
+    )
     cfg = TrainConfig(model="bert-tiny", steps=3, batch_size=16, lr=1e-3, num_workers=0, log_every=1, holdout_examples=0)
     train(cfg, shards, directory / "run", progress=False)
     return directory / "run"
@@ -64,10 +67,27 @@ def sst2_dev_labels(glue: Path) -> list[int]:
 
 def test_finetune_sst2_dev_accuracy_matches_an_independent_count(bert_run, shared_data, tmp_path):
     out = tmp_path / "sst2"
-    result = CliRunner().invoke(app, [
-        "finetune", str(bert_run), "--task", "sst2", "--glue-dir", str(shared_data / "glue"), "--out", str(out),
-        "--epochs", "2", "--max-train-examples", "192", "--max-seq-length", "48", "--seed", "1",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "finetune",
+            str(bert_run),
+            "--task",
+            "sst2",
+            "--glue-dir",
+            str(shared_data / "glue"),
+            "--out",
+            str(out),
+            "--epochs",
+            "2",
+            "--max-train-examples",
+            "192",
+            "--max-seq-length",
+            "48",
+            "--seed",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     results = json.loads((out / "results.json").read_text())
     labels = sst2_dev_labels(shared_data / "glue")
@@ -101,9 +121,13 @@ def test_bad_glue_dir_and_gpt_checkpoint_fail_in_one_line(bert_run, gpt_run, sha
     runner = CliRunner()
     missing = runner.invoke(app, ["finetune", str(bert_run), "--task", "cola", "--glue-dir", str(tmp_path), "--out", str(tmp_path / "o")])
     assert missing.exit_code == 2 and "CoLA" in missing.output and len(missing.output.strip().splitlines()) == 1
-    gpt = runner.invoke(app, ["finetune", str(gpt_run), "--task", "sst2", "--glue-dir", str(shared_data / "glue"), "--out", str(tmp_path / "o")])
+    gpt = runner.invoke(
+        app, ["finetune", str(gpt_run), "--task", "sst2", "--glue-dir", str(shared_data / "glue"), "--out", str(tmp_path / "o")]
+    )
     assert gpt.exit_code == 2 and "GPT checkpoint" in gpt.output and len(gpt.output.strip().splitlines()) == 1
-    task = runner.invoke(app, ["finetune", str(bert_run), "--task", "qnli", "--glue-dir", str(shared_data / "glue"), "--out", str(tmp_path / "o")])
+    task = runner.invoke(
+        app, ["finetune", str(bert_run), "--task", "qnli", "--glue-dir", str(shared_data / "glue"), "--out", str(tmp_path / "o")]
+    )
     assert task.exit_code == 2 and "task" in task.output
     assert not (tmp_path / "o").exists()
 
@@ -168,7 +192,9 @@ def test_generate_is_deterministic_under_a_seed_and_adds_tokens(gpt_run):
 
 def test_generate_command_prints_the_continuation_and_refuses_bert(gpt_run, bert_run):
     runner = CliRunner()
-    result = runner.invoke(app, ["generate", str(gpt_run), "--prompt", "Once upon a time", "--max-new-tokens", "8", "--seed", "3", "--device", "cpu"])
+    result = runner.invoke(
+        app, ["generate", str(gpt_run), "--prompt", "Once upon a time", "--max-new-tokens", "8", "--seed", "3", "--device", "cpu"]
+    )
     assert result.exit_code == 0, result.output
     assert result.output.rstrip("\n") == generate(gpt_run, "Once upon a time", 8, seed=3, device="cpu")
     refused = runner.invoke(app, ["generate", str(bert_run), "--prompt", "hi"])

@@ -1,6 +1,7 @@
 """Fuzzing every reader with adversarial input (cases in fuzz_cases.py): no exception escapes, inputs stay
 accounted for, and no case takes longer than 1 s per 100 kB (plus slack). Budgets are fixed example counts;
 under CI the conftest profile also makes the sequence deterministic."""
+
 from __future__ import annotations
 
 import time

@@ -1,4 +1,5 @@
 """GPT windows: every token accounted for (windows + dropped), per-bucket tails, the Beam stage on real books."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,17 +10,17 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from shard_factory import assert_hf_reads_like_pyarrow, gpt_tokenizer_json
 
+from corpusforge.config import GptConfig, ShardsConfig
 from corpusforge.corpora.document import Document
 from corpusforge.corpora.gutenberg import strip_gutenberg
-from corpusforge.config import GptConfig, ShardsConfig
+from corpusforge.examples.gpt_examples import cut_windows
+from corpusforge.examples.vocab import load_tokenizer
+from corpusforge.hashing import stable_hash
 from corpusforge.pipeline.documents_io import documents_table, write_table_atomic
 from corpusforge.pipeline.examples_stage import write_gpt_shards
-from corpusforge.examples.gpt_examples import cut_windows
-from corpusforge.hashing import stable_hash
-from corpusforge.examples.vocab import load_tokenizer
 from corpusforge.shards.reader import column_view, open_shard, read_manifest
-from shard_factory import assert_hf_reads_like_pyarrow, gpt_tokenizer_json
 
 EOT = 50256
 
@@ -79,7 +80,9 @@ def book_parquet(shared_data, tmp_path_factory) -> list[Path]:
 def test_beam_stage_accounts_for_every_token(book_parquet, bpe_dir, tmp_path, keep_tail):
     gpt = GptConfig(seq_len=128, keep_tail=keep_tail, docs_per_bucket=2)  # 4 documents: 2 streams, 2 tails
     options = PipelineOptions([], runner="DirectRunner", direct_running_mode="in_memory")
-    manifest = write_gpt_shards(options, book_parquet, bpe_dir, tmp_path, gpt, ShardsConfig(max_examples=400, sort_bucket_bytes=64 * 1024), seed=3)
+    manifest = write_gpt_shards(
+        options, book_parquet, bpe_dir, tmp_path, gpt, ShardsConfig(max_examples=400, sort_bucket_bytes=64 * 1024), seed=3
+    )
     assert not list(tmp_path.glob(".sort-*"))  # spill folders removed
     totals = manifest["totals"]
     assert totals["documents"] == 4

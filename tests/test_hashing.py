@@ -1,4 +1,5 @@
 """Stable hashes and shuffle keys: the same in every process, different for every input that should matter."""
+
 from __future__ import annotations
 
 import os

@@ -3,6 +3,7 @@
 bottom: config, files, hashing -> corpora -> examples -> shards -> pipeline (Beam) -> trainer -> CLI
 and build orchestration. A module may import its own layer and those below it.
 """
+
 from __future__ import annotations
 
 import ast
@@ -11,8 +12,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = {"corpora": "corpusforge.corpora", "examples": "corpusforge.examples", "shards": "corpusforge.shards",
-           "pipeline": "corpusforge.pipeline", "trainer": "corpusforge.trainer", "corpusforge": "corpusforge"}
+FOLDERS = {
+    "corpora": "corpusforge.corpora",
+    "examples": "corpusforge.examples",
+    "shards": "corpusforge.shards",
+    "pipeline": "corpusforge.pipeline",
+    "trainer": "corpusforge.trainer",
+    "corpusforge": "corpusforge",
+}
 LAYERS = [
     ("corpusforge.config", "corpusforge.files", "corpusforge.hashing"),
     ("corpusforge.corpora",),
@@ -20,8 +27,17 @@ LAYERS = [
     ("corpusforge.shards",),
     ("corpusforge.pipeline",),
     ("corpusforge.trainer",),
-    ("corpusforge.build", "corpusforge.plan", "corpusforge.stages", "corpusforge.report", "corpusforge.report_page", "corpusforge.progress", "corpusforge.config_reference",
-     "corpusforge.cli", "corpusforge.__main__"),
+    (
+        "corpusforge.build",
+        "corpusforge.plan",
+        "corpusforge.stages",
+        "corpusforge.report",
+        "corpusforge.report_page",
+        "corpusforge.progress",
+        "corpusforge.config_reference",
+        "corpusforge.cli",
+        "corpusforge.__main__",
+    ),
 ]
 OURS = ("corpusforge",) + tuple(FOLDERS)
 
@@ -52,7 +68,11 @@ def imports_of(path: Path, module: str) -> list[str]:
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative: resolve against the module's package
-                base = module.split(".")[: -node.level] if not path.name == "__init__.py" else module.split(".")[: len(module.split(".")) - node.level + 1]
+                base = (
+                    module.split(".")[: -node.level]
+                    if not path.name == "__init__.py"
+                    else module.split(".")[: len(module.split(".")) - node.level + 1]
+                )
                 names.append(".".join([*base, node.module] if node.module else base))
             elif node.module:
                 names.append(node.module)

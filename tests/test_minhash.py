@@ -1,5 +1,6 @@
 """MinHash signatures equal datasketch's for the same base hash (our fast "wordmix" one, or
 datasketch's default SHA-1); LSH parameters follow datasketch's optimum."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -67,8 +68,36 @@ def test_other_seed_and_width_identical(book_docs, base_hash):
 text_strategy = st.lists(
     st.one_of(
         st.sampled_from(
-            ["a", "b", "é", "ß", "İ", "\u4e2d", " ", "  ", "\n", "\t", "\x1c", "\x1f", "\u00a0", "\u3000", "\u2028",
-             ".", ",", "!", "'", "-", "\u2019", "\u201c", "\u2014", "_", "word", "Über", "x1", "z" * 70]
+            [
+                "a",
+                "b",
+                "é",
+                "ß",
+                "İ",
+                "\u4e2d",
+                " ",
+                "  ",
+                "\n",
+                "\t",
+                "\x1c",
+                "\x1f",
+                "\u00a0",
+                "\u3000",
+                "\u2028",
+                ".",
+                ",",
+                "!",
+                "'",
+                "-",
+                "\u2019",
+                "\u201c",
+                "\u2014",
+                "_",
+                "word",
+                "Über",
+                "x1",
+                "z" * 70,
+            ]
         ),
         st.text(max_size=3),
     ),
@@ -94,8 +123,14 @@ def test_signature_identity_property(text, ngram):
 
 def test_wordmix_depends_on_every_byte_word_order_and_length():
     base = b"the quick brown fox jumps"
-    variants = [b"the quick brown fox jumpt", b"quick the brown fox jumps", b"the quick brown fox", b"the quick brown fox jumps\x00",
-                b"thequick brown fox jumps", b"the quick brown fox jumps " + b"x" * 200]
+    variants = [
+        b"the quick brown fox jumpt",
+        b"quick the brown fox jumps",
+        b"the quick brown fox",
+        b"the quick brown fox jumps\x00",
+        b"thequick brown fox jumps",
+        b"the quick brown fox jumps " + b"x" * 200,
+    ]
     hashes = {wordmix_hash64(s) for s in [base, *variants]}
     assert len(hashes) == len(variants) + 1
     assert 0 <= wordmix_hash32(base) <= MAX_HASH

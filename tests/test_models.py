@@ -1,4 +1,5 @@
 """Models, sizes and optimizer recipes on synthetic tensors of the model-input contract."""
+
 from __future__ import annotations
 
 import math
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import BertConfig, BertForPreTraining, GPT2Config, GPT2LMHeadModel
 
-from corpusforge.trainer.models import Bert, GPT, build_model, count_params, gpt_inputs, model_config
+from corpusforge.trainer.models import GPT, Bert, build_model, count_params, gpt_inputs, model_config
 from corpusforge.trainer.optim import lr_factor, make_optimizer, recipe
 from corpusforge.trainer.sizes import SIZES, padded_vocab_size
 
@@ -133,7 +134,11 @@ def test_vocab_padded_to_multiple_of_64(size):
 
 def test_sizes_match_the_papers():
     assert [(s.n_layer, s.n_embd, s.n_head) for n, s in SIZES.items() if n.startswith("bert")] == [
-        (2, 128, 2), (4, 256, 4), (4, 512, 8), (8, 512, 8), (12, 768, 12)
+        (2, 128, 2),
+        (4, 256, 4),
+        (4, 512, 8),
+        (8, 512, 8),
+        (12, 768, 12),
     ]
     assert SIZES["gpt2-124M"].max_positions == 1024
 

@@ -1,4 +1,5 @@
 """NearDedup and WikipediaRemoval as real Beam pipelines on near-duplicates built from real book text."""
+
 from __future__ import annotations
 
 import uuid
@@ -8,8 +9,8 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from corpusforge.corpora.document import Document, make_id
 from corpusforge.config import NearDedupConfig
+from corpusforge.corpora.document import Document, make_id
 from corpusforge.pipeline.near_dedup import NearDedup, on_wikipedia, wikipedia_removal
 from corpusforge.pipeline.steps import SpillDocuments
 
@@ -143,8 +144,11 @@ def test_wikipedia_removal_both_reasons(words, other_words, tmp_path):
     with beam.Pipeline(options=options()) as p:
         cfg = NearDedupConfig()
         spill = str(tmp_path / "spill")
-        out = wikipedia_removal(p | "Web" >> beam.Create(web) | "SpillWeb" >> SpillDocuments(spill, cfg),
-                                p | "Wiki" >> beam.Create(wiki) | "SpillWiki" >> SpillDocuments(spill, cfg), cfg)
+        out = wikipedia_removal(
+            p | "Web" >> beam.Create(web) | "SpillWeb" >> SpillDocuments(spill, cfg),
+            p | "Wiki" >> beam.Create(wiki) | "SpillWiki" >> SpillDocuments(spill, cfg),
+            cfg,
+        )
         titles = {d.id: d.title for d in web}
         rows = (
             out.kept | "K" >> beam.Map(lambda d: f"kept\t{titles[d.id]}"),

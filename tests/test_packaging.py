@@ -1,4 +1,5 @@
 """A wheel (non-editable install) carries what ``corpusforge build`` without CONFIG needs: the demo config and samples."""
+
 from __future__ import annotations
 
 import shutil
@@ -13,10 +14,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_wheel_ships_the_demo_config_whose_paths_resolve_inside_the_package(tmp_path):
-    source = Path(shutil.copytree(ROOT, tmp_path / "src", ignore=shutil.ignore_patterns(".venv", ".git", "out", "*.egg-info", "__pycache__", "tests", "bench")))
+    source = Path(
+        shutil.copytree(
+            ROOT, tmp_path / "src", ignore=shutil.ignore_patterns(".venv", ".git", "out", "*.egg-info", "__pycache__", "tests", "bench")
+        )
+    )
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"), str(source)],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     )
     wheel = next((tmp_path / "dist").glob("corpusforge-*.whl"))
     site = tmp_path / "site"

@@ -1,4 +1,5 @@
 """Pushshift dumps: every compression, old and new schema, karma selection, full accounting."""
+
 from __future__ import annotations
 
 import bz2
@@ -47,13 +48,30 @@ def test_every_compression_reads_the_same(june_july, tmp_path, suffix):
 
 def test_new_schema_and_malformed_lines(tmp_path):
     lines = [
-        json.dumps({"id": "a1", "url": "https://example.com/story", "score": None, "created_utc": 1600000000.0,
-                    "is_self": False, "over_18": None, "_meta": {"retrieved_2nd_on": 1600000100}, "subreddit": None}),
+        json.dumps(
+            {
+                "id": "a1",
+                "url": "https://example.com/story",
+                "score": None,
+                "created_utc": 1600000000.0,
+                "is_self": False,
+                "over_18": None,
+                "_meta": {"retrieved_2nd_on": 1600000100},
+                "subreddit": None,
+            }
+        ),
         '{"id": "a2", "url": "https://exa',  # truncated line
         "[1, 2, 3]",
-        json.dumps({"id": "a3", "url": "https://www.reddit.com/r/x/comments/a3/", "is_self": False, "score": 7,
-                    "created_utc": "1600000200", "crosspost_parent_list": [{"url": "https://example.org/original",
-                                                                            "is_self": False}]}),
+        json.dumps(
+            {
+                "id": "a3",
+                "url": "https://www.reddit.com/r/x/comments/a3/",
+                "is_self": False,
+                "score": 7,
+                "created_utc": "1600000200",
+                "crosspost_parent_list": [{"url": "https://example.org/original", "is_self": False}],
+            }
+        ),
         "",
         json.dumps({"id": "a4", "title": "no url at all"}),
     ]
@@ -95,8 +113,7 @@ def test_over_18_kept_unless_excluded():
 
 
 def test_sum_versus_single_karma():
-    group = [sub("b1", "http://www.example.com/a/", 1), sub("b2", "https://example.com/a", 1),
-             sub("b3", "http://example.com/a#c", 2)]
+    group = [sub("b1", "http://www.example.com/a/", 1), sub("b2", "https://example.com/a", 1), sub("b3", "http://example.com/a#c", 2)]
     summed = list(select_link("http://example.com/a", group, karma_mode="sum", min_karma=3))
     links = [r for r in summed if isinstance(r, Link)]
     assert len(links) == 1 and links[0].score == 4 and links[0].submission_ids == ("b1", "b2", "b3")

@@ -1,6 +1,7 @@
 """Resumable builds on the bundled demo: kill -9 at several points then a re-run gives the uninterrupted
 build's bytes; a finished build is reused; a changed key reruns exactly the stages that read it;
 missing or stale prerequisites fail in one line before anything changes; no stale manifest, no leftovers."""
+
 from __future__ import annotations
 
 import json
@@ -186,8 +187,12 @@ def reference_result_stats(reference: Path) -> dict:
 
 def test_changed_key_reruns_exactly_the_stages_that_read_it(finished: Path) -> None:
     changes: list[str] = []
-    for key, expected in [("gpt.seq_len=128", {"gpt"}), ("bert.dupe_factor=2", {"bert"}),
-                          ("vocab.bpe_vocab_size=2000", {"vocab", "bert", "gpt"}), ("clean.min_words=30", set(ALL))]:
+    for key, expected in [
+        ("gpt.seq_len=128", {"gpt"}),
+        ("bert.dupe_factor=2", {"bert"}),
+        ("vocab.bpe_vocab_size=2000", {"vocab", "bert", "gpt"}),
+        ("clean.min_words=30", set(ALL)),
+    ]:
         changes.append(key)
         result = _build(finished, *changes)
         assert set(result.ran) == expected, key
@@ -201,14 +206,19 @@ def test_changed_key_reruns_exactly_the_stages_that_read_it(finished: Path) -> N
 def test_summary_says_which_stages_were_reused(finished: Path) -> None:
     result = runner.invoke(app, ["build", str(DEMO), *[x for o in _sets(finished, "gpt.seq_len=128") for x in ("--set", o)]])
     assert result.exit_code == 0, result.output
-    assert "reused (made earlier from the same configuration and inputs; --force runs them again): documents, vocab, bert" in " ".join(result.output.split())
+    assert "reused (made earlier from the same configuration and inputs; --force runs them again): documents, vocab, bert" in " ".join(
+        result.output.split()
+    )
     assert "ran: gpt (gpt.seq_len was 256, now 128)" in result.output
 
 
-@pytest.mark.parametrize(("stages", "says"), [
-    ('["bert"]', 'bert needs the documents stage\'s output in {out}, and there is none: run documents first'),
-    ('["vocab", "bert"]', "vocab needs the documents stage's output in {out}, and there is none: run documents first"),
-])
+@pytest.mark.parametrize(
+    ("stages", "says"),
+    [
+        ('["bert"]', "bert needs the documents stage's output in {out}, and there is none: run documents first"),
+        ('["vocab", "bert"]', "vocab needs the documents stage's output in {out}, and there is none: run documents first"),
+    ],
+)
 def test_missing_prerequisite_is_one_line_with_exit_2(tmp_path: Path, stages: str, says: str) -> None:
     out = tmp_path / "out"
     result = runner.invoke(app, ["build", str(DEMO), *[x for o in _sets(out, f"run.stages={stages}") for x in ("--set", o)]])
@@ -221,10 +231,14 @@ def test_missing_prerequisite_is_one_line_with_exit_2(tmp_path: Path, stages: st
 def test_prerequisite_made_from_another_config_fails_before_anything_changes(finished: Path) -> None:
     before = sorted((p, p.stat().st_mtime_ns) for p in finished.rglob("*") if p.is_file())
     for overrides, says in [
-        (['run.stages=["bert"]', "clean.min_words=50"], "bert needs documents, made with another configuration or input "
-                                                         "(clean.min_words was 20, now 50): run documents again"),
-        (['run.stages=["gpt"]', "vocab.bpe_vocab_size=1000"], "gpt needs vocab, made with another configuration or input "
-                                                               "(vocab.bpe_vocab_size was 50257, now 1000): run vocab again"),
+        (
+            ['run.stages=["bert"]', "clean.min_words=50"],
+            "bert needs documents, made with another configuration or input (clean.min_words was 20, now 50): run documents again",
+        ),
+        (
+            ['run.stages=["gpt"]', "vocab.bpe_vocab_size=1000"],
+            "gpt needs vocab, made with another configuration or input (vocab.bpe_vocab_size was 50257, now 1000): run vocab again",
+        ),
     ]:
         result = runner.invoke(app, ["build", str(DEMO), *[x for o in _sets(finished, *overrides) for x in ("--set", o)]])
         assert result.exit_code == 2, result.output
@@ -255,9 +269,16 @@ def test_small_vocabulary_and_zero_examples_are_warnings(finished: Path) -> None
 
 
 def test_killed_training_continues_from_its_newest_checkpoint(finished: Path) -> None:
-    train = ['run.stages=["books","wikipedia","clean","dedup","near_dedup","documents","vocab","bert","gpt","train"]',
-             'train.model="bert-tiny"', "train.steps=40", "train.checkpoint_every=2", "train.batch_size=4", "train.num_workers=0",
-             "train.eval_batches=1", "train.log_every=1"]
+    train = [
+        'run.stages=["books","wikipedia","clean","dedup","near_dedup","documents","vocab","bert","gpt","train"]',
+        'train.model="bert-tiny"',
+        "train.steps=40",
+        "train.checkpoint_every=2",
+        "train.batch_size=4",
+        "train.num_workers=0",
+        "train.eval_batches=1",
+        "train.log_every=1",
+    ]
     run_dir = finished / "train" / "bert-tiny"
     _kill_when(_start(finished, *train), lambda: (run_dir / "checkpoints" / "step-00000004").is_dir())
     result = _build(finished, *train)
@@ -283,4 +304,6 @@ def test_changed_input_file_is_named_and_unchanged_files_are_not_read_again(tmp_
     second = stages.describe_inputs(books, first)
     assert read == [books[1].resolve()]
     strip = lambda described: {"inputs": [{k: e[k] for k in ("path", "bytes", "sha256")} for e in described]}  # noqa: E731
-    assert stages.describe_difference(strip(first), strip(second)) == f"1 input file(s) changed, added or removed, e.g. {books[1].resolve()}"
+    assert (
+        stages.describe_difference(strip(first), strip(second)) == f"1 input file(s) changed, added or removed, e.g. {books[1].resolve()}"
+    )

@@ -1,5 +1,6 @@
 """The documents job at scale: only references travel, parts are sized by bytes, a lost record fails the
 build, and a 20 MB corpus gives identical bytes on every runner with a small Dask launcher."""
+
 from __future__ import annotations
 
 import hashlib
@@ -34,7 +35,11 @@ def build(out: Path, books: Path, *overrides: str):
 
 
 def digests(out: Path) -> dict[str, str]:
-    return {f"{p.parent.name}/{p.name}": hashlib.sha256(p.read_bytes()).hexdigest() for sub in ("documents", "rejects") for p in output_files(out / sub)}
+    return {
+        f"{p.parent.name}/{p.name}": hashlib.sha256(p.read_bytes()).hexdigest()
+        for sub in ("documents", "rejects")
+        for p in output_files(out / sub)
+    }
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +107,9 @@ def test_20mb_identical_on_every_runner_with_a_small_dask_launcher(tmp_path_fact
     port, bin_dir = free_port(), Path(sys.executable).parent
     cluster = [subprocess.Popen([str(bin_dir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"])]
     time.sleep(3)
-    cluster += [subprocess.Popen([str(bin_dir / "dask"), "worker", f"127.0.0.1:{port}", "--nthreads", "1", "--no-dashboard"]) for _ in range(2)]
+    cluster += [
+        subprocess.Popen([str(bin_dir / "dask"), "worker", f"127.0.0.1:{port}", "--nthreads", "1", "--no-dashboard"]) for _ in range(2)
+    ]
     me, peak, done = psutil.Process(), [0], threading.Event()
 
     def watch() -> None:

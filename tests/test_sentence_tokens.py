@@ -1,4 +1,5 @@
 """SentenceEncoder gives exactly the ids of one ``encode`` per sentence, on real books and random text."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,16 +8,39 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from shard_factory import bert_tokenizer_json, gpt_tokenizer_json
 from tokenizers import Tokenizer
 
 from corpusforge.corpora.gutenberg import strip_gutenberg
 from corpusforge.corpora.sentences import split_sentences
 from corpusforge.examples.sentence_tokens import SentenceEncoder
-from shard_factory import bert_tokenizer_json, gpt_tokenizer_json
 
 # Characters that take every path: ASCII, whitespace the normalizer rewrites, curly quotes, accents
 # (stripped), CJK (padded), control characters (removed), capital sigma, dotted I, added-token text.
-ALPHABET = list("aZ09 .,'-!") + ["\n", "\t", "\xa0", "\u2028", "’", "“", "é", "Ê", "ß", "中", "\x07", "\u200b", "Σ", "İ", "\u0301", "[", "]", "[SEP]", "[MASK]", "[sep]", "SEP", "\x00"]
+ALPHABET = list("aZ09 .,'-!") + [
+    "\n",
+    "\t",
+    "\xa0",
+    "\u2028",
+    "’",
+    "“",
+    "é",
+    "Ê",
+    "ß",
+    "中",
+    "\x07",
+    "\u200b",
+    "Σ",
+    "İ",
+    "\u0301",
+    "[",
+    "]",
+    "[SEP]",
+    "[MASK]",
+    "[sep]",
+    "SEP",
+    "\x00",
+]
 sentence = st.lists(st.sampled_from(ALPHABET), max_size=14).map("".join)
 documents = st.lists(st.lists(sentence, max_size=6), min_size=1, max_size=5)
 

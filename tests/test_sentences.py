@@ -1,4 +1,5 @@
 """Sentence splitting: tricky English cases, paragraph boundaries, real books, and coverage properties."""
+
 from __future__ import annotations
 
 import re
@@ -18,17 +19,23 @@ TRICKY = [
     ("It was fine. J. R. R. Tolkien wrote it in 1937.", ["It was fine.", "J. R. R. Tolkien wrote it in 1937."]),
     ("“Stop!” Mr. Darcy cried.", ["“Stop!”", "Mr. Darcy cried."]),
     # blingfire alone splits these: an abbreviation before a capital
-    ("Dr. Seward and St. John shut the door. Capt. Hardy said nothing.",
-     ["Dr. Seward and St. John shut the door.", "Capt. Hardy said nothing."]),
-    ("The Rev. Mr. Collins arrived on Monday. He stayed until Saturday.",
-     ["The Rev. Mr. Collins arrived on Monday.", "He stayed until Saturday."]),
+    (
+        "Dr. Seward and St. John shut the door. Capt. Hardy said nothing.",
+        ["Dr. Seward and St. John shut the door.", "Capt. Hardy said nothing."],
+    ),
+    (
+        "The Rev. Mr. Collins arrived on Monday. He stayed until Saturday.",
+        ["The Rev. Mr. Collins arrived on Monday.", "He stayed until Saturday."],
+    ),
     ("Version 2.0 was released in Oct. 2004. Version 3.0 followed.", ["Version 2.0 was released in Oct. 2004.", "Version 3.0 followed."]),
     ("Mrs. P. used to come up and say so.", ["Mrs. P. used to come up and say so."]),
     ('"Who took it?" asked Dr. Van Helsing. "Nobody."', ['"Who took it?" asked Dr. Van Helsing.', '"Nobody."']),
     # things no splitter should break
     ("The price was 3.5 dollars, e.g. cheap, i.e. fine. It sold.", ["The price was 3.5 dollars, e.g. cheap, i.e. fine.", "It sold."]),
-    ("The U.S. Navy commissioned her in 1943. She served until 1946.",
-     ["The U.S. Navy commissioned her in 1943.", "She served until 1946."]),
+    (
+        "The U.S. Navy commissioned her in 1943. She served until 1946.",
+        ["The U.S. Navy commissioned her in 1943.", "She served until 1946."],
+    ),
     ("I heard his very last words.... I stopped in a fright.", ["I heard his very last words....", "I stopped in a fright."]),
     ("“What do you mean?” said Mr. Darcy. “Nothing!” she cried.", ["“What do you mean?” said Mr. Darcy.", "“Nothing!” she cried."]),
     ("Washington, D.C. is the capital. It lies on the Potomac.", ["Washington, D.C. is the capital.", "It lies on the Potomac."]),
@@ -44,7 +51,11 @@ def test_tricky_cases(text: str, expected: list[str]) -> None:
 def test_paragraph_boundary_is_always_a_sentence_boundary() -> None:
     text = "The first paragraph has no final stop\n\nand this lowercase one continues it. Two.\n\n\n\nMr.\n\nSmith"
     assert split_sentences(text) == [
-        "The first paragraph has no final stop", "and this lowercase one continues it.", "Two.", "Mr.", "Smith",
+        "The first paragraph has no final stop",
+        "and this lowercase one continues it.",
+        "Two.",
+        "Mr.",
+        "Smith",
     ]
 
 
@@ -62,7 +73,9 @@ def test_real_book_has_no_sentence_ending_in_a_title(shared_data: Path) -> None:
     assert 4000 < len(sentences) < 8000  # about one sentence per 20 words in Austen
     titles = re.compile(r"(?:^|\s)(?:Mr|Mrs|Dr|St|Col)\.$")
     assert not [s for s in sentences if titles.search(s)]
-    assert "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife." in sentences
+    assert (
+        "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife." in sentences
+    )
 
 
 def _non_space(text: str) -> str:
@@ -79,8 +92,9 @@ def test_sentences_cover_the_input_in_order_and_are_never_empty(text: str) -> No
 
 SENTENCE = st.builds(
     lambda words, end: " ".join(words).capitalize() + end,
-    st.lists(st.sampled_from(["mr.", "dr.", "st.", "the", "ship", "3.5", "e.g.", "j.", "u.s.", "“yes,”", "said", "she"]),
-             min_size=1, max_size=12),
+    st.lists(
+        st.sampled_from(["mr.", "dr.", "st.", "the", "ship", "3.5", "e.g.", "j.", "u.s.", "“yes,”", "said", "she"]), min_size=1, max_size=12
+    ),
     st.sampled_from([".", "!", "?", "...", ".”", ""]),
 )
 

@@ -1,4 +1,5 @@
 """Shard reader: manifest errors, memory-mapped zero-copy views, damaged files named in errors, interop."""
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,8 @@ from shard_factory import random_bert_columns, random_gpt_columns, write_shards
 from corpusforge.shards.format import bert_schema
 from corpusforge.shards.reader import ShardError, chunk_views, column_view, open_shard, read_manifest
 from corpusforge.shards.verify import verify
-from corpusforge.shards.writer import record_batch, write_shards as writer_write_shards
+from corpusforge.shards.writer import record_batch
+from corpusforge.shards.writer import write_shards as writer_write_shards
 from corpusforge.trainer.data import ShardStream
 
 COLUMNS = random_bert_columns(300, max_seq_length=64, max_predictions=10, seed=4)

@@ -1,4 +1,5 @@
 """Shard writer: balanced shard sizes, global order through sort buckets, checksums, atomic manifest."""
+
 from __future__ import annotations
 
 import json
@@ -102,7 +103,9 @@ def test_shard_bytes_do_not_depend_on_how_the_input_is_batched(tmp_path):
     """Shards inside one input batch are written from zero-copy slices, the others from filled copies."""
     digests = {}
     for size in (1003, 600, 100, 7):
-        manifest = write_shards(batches(1003, size), 1003, SCHEMA, tmp_path / str(size), BASE_MANIFEST, target_bytes=10**9, max_examples=250)
+        manifest = write_shards(
+            batches(1003, size), 1003, SCHEMA, tmp_path / str(size), BASE_MANIFEST, target_bytes=10**9, max_examples=250
+        )
         digests[size] = [s["sha256"] for s in manifest["shards"]]
     assert len(digests[1003]) == 5 and all(d == digests[1003] for d in digests.values())
 

@@ -1,4 +1,5 @@
 """The shards sub-app: inspect figures on shards with known masks, --show decoding, verify exit codes."""
+
 from __future__ import annotations
 
 import json
@@ -14,9 +15,9 @@ from torch.utils.data import DataLoader
 from typer.testing import CliRunner
 
 from corpusforge.config import BertConfig, RunConfig, ShardsConfig
+from corpusforge.examples.vocab import vocab_manifest
 from corpusforge.pipeline.examples_stage import write_bert_shards_from_sentences
 from corpusforge.pipeline.options import pipeline_options
-from corpusforge.examples.vocab import vocab_manifest
 from corpusforge.shards.cli import app
 from corpusforge.trainer.data import ShardStream
 
@@ -213,7 +214,9 @@ def test_shards_from_the_real_beam_pipeline_verify_inspect_and_stream(tmp_path, 
     sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if len(s.split()) > 3]
     docs = [(f"alice-{i}", sentences[i * 40 : (i + 1) * 40]) for i in range(20)]
     out = tmp_path / "shards"
-    write_bert_shards_from_sentences(pipeline_options(RunConfig()), docs, vocab_dir, out, BertConfig(dupe_factor=2), ShardsConfig(max_examples=150), 1)
+    write_bert_shards_from_sentences(
+        pipeline_options(RunConfig()), docs, vocab_dir, out, BertConfig(dupe_factor=2), ShardsConfig(max_examples=150), 1
+    )
 
     assert runner.invoke(app, ["verify", str(out)]).exit_code == 0
     summary = json.loads(runner.invoke(app, ["inspect", str(out), "--json"]).stdout)
@@ -236,7 +239,10 @@ def test_inspect_points_build_and_document_folders_to_docs_inspect(tmp_path):
     (tmp_path / "out" / "documents").mkdir(parents=True)
     pq.write_table(pa.table({"id": ["a"], "text": ["x"]}), tmp_path / "out" / "documents" / "part-00000-of-00001.parquet")
     build = runner.invoke(app, ["inspect", str(tmp_path / "out")])
-    assert build.exit_code == 1 and f"is a build output folder: for its documents use `corpusforge docs inspect {tmp_path / 'out'}`" in build.output
+    assert (
+        build.exit_code == 1
+        and f"is a build output folder: for its documents use `corpusforge docs inspect {tmp_path / 'out'}`" in build.output
+    )
     documents = runner.invoke(app, ["verify", str(tmp_path / "out" / "documents")])
     assert documents.exit_code == 1 and "not shards: use `corpusforge docs inspect" in documents.output
 
@@ -268,7 +274,9 @@ def test_moved_shards_keep_their_vocabulary_or_take_vocab(tmp_path, shared_data)
     shutil.copy(shared_data / "vocab" / "bert-base-uncased" / "vocab.txt", vocab_dir)
     bert_tokenizer_json(vocab_dir / "vocab.txt", vocab_dir)
     docs = [(f"doc-{i}", [f"{w} {WORDS[(i + j) % len(WORDS)]} sat on the mat ." for j, w in enumerate(WORDS)]) for i in range(6)]
-    write_bert_shards_from_sentences(pipeline_options(RunConfig()), docs, vocab_dir, build / "shards", BertConfig(dupe_factor=1), ShardsConfig(), 1)
+    write_bert_shards_from_sentences(
+        pipeline_options(RunConfig()), docs, vocab_dir, build / "shards", BertConfig(dupe_factor=1), ShardsConfig(), 1
+    )
     assert json.loads((build / "shards" / "manifest.json").read_text())["vocab"]["path"] == "../vocab"
 
     moved = Path(shutil.move(str(build), tmp_path / "moved"))

@@ -8,6 +8,7 @@ only not fall below the frequency guess; what no frequency table can do, and it 
 input: where the input keeps the answer (10% of predictions) it must score 5x the frequency guess. Losses must fall well below the start,
 which for an N(0, 0.02)-initialised model is ln(vocab size) (a uniform guess).
 """
+
 from __future__ import annotations
 
 import collections
@@ -66,7 +67,15 @@ def books(tmp_path_factory, shared_data) -> dict[str, Path]:
     for split in ("train", "held_out"):
         docs = [out / f"{split}.parquet"]
         dirs[f"bert-{split}"] = out / f"bert-{split}"
-        write_bert_shards(options, docs, vocab["bert"], dirs[f"bert-{split}"], BertConfig(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=2), ShardsConfig(), seed=1)
+        write_bert_shards(
+            options,
+            docs,
+            vocab["bert"],
+            dirs[f"bert-{split}"],
+            BertConfig(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=2),
+            ShardsConfig(),
+            seed=1,
+        )
         dirs[f"gpt-{split}"] = out / f"gpt-{split}"
         write_gpt_shards(options, docs, vocab["gpt"], dirs[f"gpt-{split}"], GptConfig(seq_len=64), ShardsConfig(), seed=1)
     return dirs
@@ -119,7 +128,17 @@ def masked_lm_accuracy(run: Path, train_shards: Path, held_out: Path) -> dict[st
 
 
 def test_bert_tiny_learns_from_books(books, tmp_path):
-    cfg = TrainConfig(model="bert-tiny", steps=300, batch_size=32, lr=2e-3, warmup_steps=30, num_workers=0, log_every=50, checkpoint_every=0, eval_batches=10)
+    cfg = TrainConfig(
+        model="bert-tiny",
+        steps=300,
+        batch_size=32,
+        lr=2e-3,
+        warmup_steps=30,
+        num_workers=0,
+        log_every=50,
+        checkpoint_every=0,
+        eval_batches=10,
+    )
     run = tmp_path / "run"
     results = train(cfg, books["bert-train"], run, eval_shards=books["bert-held_out"], progress=False)
 
@@ -141,7 +160,18 @@ def test_bert_tiny_learns_from_books(books, tmp_path):
 
 
 def test_gpt_tiny_learns_from_books(books, tmp_path):
-    cfg = TrainConfig(task="gpt", model="gpt-tiny", steps=150, batch_size=16, lr=3e-3, warmup_steps=15, num_workers=0, log_every=50, checkpoint_every=0, eval_batches=10)
+    cfg = TrainConfig(
+        task="gpt",
+        model="gpt-tiny",
+        steps=150,
+        batch_size=16,
+        lr=3e-3,
+        warmup_steps=15,
+        num_workers=0,
+        log_every=50,
+        checkpoint_every=0,
+        eval_batches=10,
+    )
     results = train(cfg, books["gpt-train"], tmp_path / "run", eval_shards=books["gpt-held_out"], progress=False)
     log = [r for r in read_log(tmp_path / "run" / "metrics.jsonl") if r["split"] == "train"]
     assert log[-1]["loss"] < math.log(2048) - 1.5 and log[-1]["loss"] < log[0]["loss"] - 0.5  # 4.5x below uniform perplexity
@@ -164,7 +194,18 @@ def test_resume_is_bit_identical(books, tmp_path):
     Dropout is on (0.1), gradients accumulate over 2 micro-batches and the loader has 2 workers, so
     reader position, step seeds, AdamW moments and the schedule must all round-trip exactly.
     """
-    cfg = TrainConfig(model="bert-tiny", steps=8, batch_size=8, global_batch_size=16, lr=1e-3, num_workers=2, log_every=4, checkpoint_every=4, verify_shards=False, eval_batches=2)
+    cfg = TrainConfig(
+        model="bert-tiny",
+        steps=8,
+        batch_size=8,
+        global_batch_size=16,
+        lr=1e-3,
+        num_workers=2,
+        log_every=4,
+        checkpoint_every=4,
+        verify_shards=False,
+        eval_batches=2,
+    )
     train(cfg, books["bert-train"], tmp_path / "straight", progress=False)
     train(cfg, books["bert-train"], tmp_path / "resumed", resume=checkpoint_dir(tmp_path / "straight", 4), progress=False)
 
@@ -256,7 +297,13 @@ def test_held_out_tail_is_evaluated_and_never_trained_on(labelled, tmp_path, mon
 
     # a resume keeps the checkpoint's split even when the configuration now holds nothing out
     trained.clear(), converted.clear()
-    resumed = train(cfg.model_copy(update={"holdout_examples": 0}), labelled["bert"], tmp_path / "resumed", resume=checkpoint_dir(tmp_path / "run", 12), progress=False)
+    resumed = train(
+        cfg.model_copy(update={"holdout_examples": 0}),
+        labelled["bert"],
+        tmp_path / "resumed",
+        resume=checkpoint_dir(tmp_path / "run", 12),
+        progress=False,
+    )
     assert all(i < cut for i in trained) and len(trained) == 12 * 16
     assert read_state(checkpoint_dir(tmp_path / "resumed", 24))["reader"] == state["reader"]
     assert resumed["example_range"] == [cut, LABELLED]
@@ -264,7 +311,9 @@ def test_held_out_tail_is_evaluated_and_never_trained_on(labelled, tmp_path, mon
 
 def test_gpt_held_out_perplexity(labelled, tmp_path, monkeypatch):
     trained, converted = record_examples(monkeypatch)
-    cfg = TrainConfig(task="gpt", model="gpt-tiny", steps=4, batch_size=8, num_workers=0, log_every=4, checkpoint_every=0, holdout_examples=16)
+    cfg = TrainConfig(
+        task="gpt", model="gpt-tiny", steps=4, batch_size=8, num_workers=0, log_every=4, checkpoint_every=0, holdout_examples=16
+    )
     results = train(cfg, labelled["gpt"], tmp_path / "run", progress=False)
     assert all(i < LABELLED - 16 for i in trained) and converted[len(trained) :] == list(range(LABELLED - 16, LABELLED))
     assert {"loss", "accuracy", "perplexity"} <= results.keys() and results["example_range"] == [LABELLED - 16, LABELLED]
@@ -384,7 +433,9 @@ def damage(path: Path, how: str) -> None:
         path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("name, how", [(WEIGHTS_NAME, "truncate"), (WEIGHTS_NAME, "flip"), (OPTIMIZER_NAME, "flip"), ("state.json", "truncate")])
+@pytest.mark.parametrize(
+    "name, how", [(WEIGHTS_NAME, "truncate"), (WEIGHTS_NAME, "flip"), (OPTIMIZER_NAME, "flip"), ("state.json", "truncate")]
+)
 def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(labelled, tmp_path, caplog, name, how):
     from corpusforge.trainer.checkpoint import CheckpointError, resolve_checkpoint
 
@@ -407,7 +458,17 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(labelled, tmp_
 
 
 def test_keep_checkpoints_keeps_the_newest(labelled, tmp_path):
-    cfg = TrainConfig(model="bert-tiny", steps=5, batch_size=8, num_workers=0, log_every=5, checkpoint_every=1, keep_checkpoints=2, verify_shards=False, holdout_examples=0)
+    cfg = TrainConfig(
+        model="bert-tiny",
+        steps=5,
+        batch_size=8,
+        num_workers=0,
+        log_every=5,
+        checkpoint_every=1,
+        keep_checkpoints=2,
+        verify_shards=False,
+        holdout_examples=0,
+    )
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     (tmp_path / "run" / "checkpoints" / "notes.txt").write_text("mine")  # not a checkpoint: never touched
     train(cfg, labelled["bert"], tmp_path / "run", progress=False)
@@ -432,7 +493,9 @@ def test_sigterm_writes_a_checkpoint_before_stopping(labelled, tmp_path, monkeyp
             os.kill(os.getpid(), signal.SIGTERM)
         return convert(batch, device, task)
 
-    cfg = TrainConfig(model="bert-tiny", steps=6, batch_size=8, num_workers=0, log_every=2, checkpoint_every=0, verify_shards=False, holdout_examples=0)
+    cfg = TrainConfig(
+        model="bert-tiny", steps=6, batch_size=8, num_workers=0, log_every=2, checkpoint_every=0, verify_shards=False, holdout_examples=0
+    )
     monkeypatch.setattr(loop, "to_model_inputs", signalling_convert)
     with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
         train(cfg, labelled["bert"], tmp_path / "run", progress=False)

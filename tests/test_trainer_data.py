@@ -1,4 +1,5 @@
 """ShardStream: exactly-once sharding over ranks x workers, seeded shuffle, exact resume, example ranges, model inputs."""
+
 from __future__ import annotations
 
 import itertools
@@ -251,8 +252,12 @@ def test_bert_model_inputs(shard_dir):
     batch = next(iter(ShardStream(shard_dir, 8, seed=2)))
     inputs = to_model_inputs(batch, "cpu", "bert")
     assert {k: v.dtype for k, v in inputs.items()} == {
-        "input_ids": torch.long, "attention_mask": torch.bool, "token_type_ids": torch.long,
-        "masked_lm_positions": torch.long, "masked_lm_ids": torch.long, "masked_lm_weights": torch.float,
+        "input_ids": torch.long,
+        "attention_mask": torch.bool,
+        "token_type_ids": torch.long,
+        "masked_lm_positions": torch.long,
+        "masked_lm_ids": torch.long,
+        "masked_lm_weights": torch.float,
         "next_sentence_label": torch.long,
     }
     for row in range(8):

@@ -1,4 +1,5 @@
 """URL canonicalisation and blocklists, on real spellings from the 2005 Pushshift dumps."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,11 @@ def dump_urls(shared_data) -> list[str]:
         ("http://www.motoring.co.za/index.php?fArticleId=2621784", "http://motoring.co.za/index.php?fArticleId=2621784"),
         ("http://db.uwaterloo.ca/~alopez-o/Coffee/caffaq.html#IsItTrueEsp", "http://db.uwaterloo.ca/~alopez-o/Coffee/caffaq.html"),
         ("http://www.wired.com/news/culture/0,1284,67982,00.html?tw=wn_tophead_4", "http://wired.com/news/culture/0,1284,67982,00.html"),
-        ("http://www.nytimes.com/2005/06/24/technology/24zombie.html?ex=1277265600&amp;en=c003ced33d1adfcf&amp;ei=5090"
-         "&amp;partner=rssuserland&amp;emc=rss", "https://nytimes.com/2005/06/24/technology/24zombie.html"),
+        (
+            "http://www.nytimes.com/2005/06/24/technology/24zombie.html?ex=1277265600&amp;en=c003ced33d1adfcf&amp;ei=5090"
+            "&amp;partner=rssuserland&amp;emc=rss",
+            "https://nytimes.com/2005/06/24/technology/24zombie.html",
+        ),
     ],
 )
 def test_real_spellings_share_one_key(spellings):
@@ -46,7 +50,8 @@ def test_dump_merges_only_true_variants(dump_urls):
     assert len(keys) < len(set(dump_urls))
     assert len(keys) >= len(loosely) - 10  # tracker removal merges a few more, nothing wholesale
     assert canonical_url("http://www.newscientist.com/article.ns?id=dn7568") != canonical_url(
-        "http://www.newscientist.com/article.ns?id=dn7569")
+        "http://www.newscientist.com/article.ns?id=dn7569"
+    )
 
 
 def test_html_escaped_query_is_unescaped():
@@ -61,17 +66,20 @@ def test_html_escaped_query_is_unescaped():
     [  # real dump spellings whose servers read the query as written: slashes, bare keys, escapes, empty values
         ("http://www.dnj.com/apps/pbcs.dll/article?AID=/20050702/NEWS01/507020302/1002", None),
         ("http://www.japantimes.co.jp/cgi-bin/getarticle.pl5?nn20050703a2.htm", None),
-        ("http://www.nytimes.com/2005/07/01/business/01cnd-soft.html?hp&amp;ex=1120276800&amp;en=23acfbd830c2f31a"
-         "&amp;ei=5094&amp;partner=homepage",
-         "http://www.nytimes.com/2005/07/01/business/01cnd-soft.html?hp&ex=1120276800&en=23acfbd830c2f31a"
-         "&ei=5094&partner=homepage"),
-        ("http://www.marketwatch.com/news/story.asp?guid=%7B088411CD-622C-4960-9AFB-98E99BEF1CB7%7D&amp;siteid=google"
-         "&amp;dist=",
-         "http://www.marketwatch.com/news/story.asp?guid=%7B088411CD-622C-4960-9AFB-98E99BEF1CB7%7D&siteid=google&dist="),
-        ("http://www.wired.com/news/technology/0,1282,68015,00.html?twwn_2techhead?headline=When~Cockroaches~Sieze~Controls",
-         None),
-        ("https://www.xy.de/index.ssf?/base/news-3/1180.xml&amp;coll=1&thispage=23",
-         "https://www.xy.de/index.ssf?/base/news-3/1180.xml&coll=1&thispage=23"),
+        (
+            "http://www.nytimes.com/2005/07/01/business/01cnd-soft.html?hp&amp;ex=1120276800&amp;en=23acfbd830c2f31a"
+            "&amp;ei=5094&amp;partner=homepage",
+            "http://www.nytimes.com/2005/07/01/business/01cnd-soft.html?hp&ex=1120276800&en=23acfbd830c2f31a&ei=5094&partner=homepage",
+        ),
+        (
+            "http://www.marketwatch.com/news/story.asp?guid=%7B088411CD-622C-4960-9AFB-98E99BEF1CB7%7D&amp;siteid=google&amp;dist=",
+            "http://www.marketwatch.com/news/story.asp?guid=%7B088411CD-622C-4960-9AFB-98E99BEF1CB7%7D&siteid=google&dist=",
+        ),
+        ("http://www.wired.com/news/technology/0,1282,68015,00.html?twwn_2techhead?headline=When~Cockroaches~Sieze~Controls", None),
+        (
+            "https://www.xy.de/index.ssf?/base/news-3/1180.xml&amp;coll=1&thispage=23",
+            "https://www.xy.de/index.ssf?/base/news-3/1180.xml&coll=1&thispage=23",
+        ),
     ],
 )
 def test_fetched_spelling_is_the_submitted_one(submitted, fetched):
@@ -115,16 +123,32 @@ segment = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_", min_size=1,
 params = st.lists(st.tuples(segment.filter(lambda k: not is_tracking_param(k)), segment), max_size=4, unique_by=lambda p: p[0])
 
 
-@given(host=st.lists(segment, min_size=1, max_size=3), path=st.lists(segment, max_size=4), query=params,
-       tracker=st.sampled_from(["utm_source", "utm_campaign", "fbclid", "gclid", "mc_eid"]), fragment=segment,
-       www=st.booleans(), https=st.booleans(), slash=st.booleans())
+@given(
+    host=st.lists(segment, min_size=1, max_size=3),
+    path=st.lists(segment, max_size=4),
+    query=params,
+    tracker=st.sampled_from(["utm_source", "utm_campaign", "fbclid", "gclid", "mc_eid"]),
+    fragment=segment,
+    www=st.booleans(),
+    https=st.booleans(),
+    slash=st.booleans(),
+)
 def test_spelling_variants_share_key(host, path, query, tracker, fragment, www, https, slash):
     base = f"http://{'.'.join(host)}.com/{'/'.join(path)}"
     plain = base + ("?" + "&".join(f"{k}={v}" for k, v in query) if query else "")
     variant_query = list(reversed(query)) + [(tracker, "abc")]
-    variant = (("https://" if https else "http://") + ("WWW." if www else "") + ".".join(host).upper() + ".com/"
-               + "/".join(path) + ("/" if slash and path else "") + "?" + "&".join(f"{k}={v}" for k, v in variant_query)
-               + "#" + fragment)
+    variant = (
+        ("https://" if https else "http://")
+        + ("WWW." if www else "")
+        + ".".join(host).upper()
+        + ".com/"
+        + "/".join(path)
+        + ("/" if slash and path else "")
+        + "?"
+        + "&".join(f"{k}={v}" for k, v in variant_query)
+        + "#"
+        + fragment
+    )
     assert canonical_url(variant) == canonical_url(plain)
 
 

@@ -1,4 +1,5 @@
 """Vocabulary training: files load in transformers' BERT/GPT-2 tokenizers and behave like ours."""
+
 from __future__ import annotations
 
 import json
@@ -13,11 +14,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import BertTokenizerFast, GPT2TokenizerFast
 
+from corpusforge.config import VocabConfig
 from corpusforge.corpora.document import Document
 from corpusforge.corpora.gutenberg import strip_gutenberg
-from corpusforge.config import VocabConfig
+from corpusforge.examples.vocab import (
+    _fixed_alphabet,
+    _wordpiece_tokenizer,
+    load_tokenizer,
+    sample_documents,
+    train_bpe,
+    train_vocab_from_documents,
+    train_wordpiece,
+    vocab_manifest,
+    vocab_sha256,
+)
 from corpusforge.pipeline.documents_io import documents_table, write_table_atomic
-from corpusforge.examples.vocab import _fixed_alphabet, _wordpiece_tokenizer, load_tokenizer, sample_documents, train_bpe, train_vocab_from_documents, train_wordpiece, vocab_manifest, vocab_sha256
 
 TRAIN_BOOKS = ["11-0.txt", "35-0.txt", "43-0.txt"]
 HELD_OUT_BOOK = "46-0.txt"
@@ -102,7 +113,9 @@ def test_small_corpus_stops_early_and_reports_the_actual_size(tmp_path):
     assert 257 < bpe["size"] < 50257 and bpe["special_ids"]["eot"] == bpe["size"] - 1
 
 
-@given(st.lists(st.text("abc", min_size=1, max_size=5), unique=True, max_size=40), st.floats(0.0, 1.0), st.integers(1, 60), st.integers(0, 5))
+@given(
+    st.lists(st.text("abc", min_size=1, max_size=5), unique=True, max_size=40), st.floats(0.0, 1.0), st.integers(1, 60), st.integers(0, 5)
+)
 @settings(max_examples=200, deadline=None)
 def test_sample_is_deterministic_and_bounded(ids, rate, max_bytes, seed):
     docs = [(doc_id, doc_id * 3) for doc_id in ids]
@@ -117,7 +130,10 @@ def test_sample_is_deterministic_and_bounded(ids, rate, max_bytes, seed):
 
 def test_train_vocab_from_documents_samples_the_parquet_files(shared_data, tmp_path):
     docs = [Document(id=name, source="books", title=name, text=book_text(shared_data, name)[:200_000]) for name in TRAIN_BOOKS]
-    paths = [Path(write_table_atomic(documents_table(docs[:2]), str(tmp_path / "a.parquet"))), Path(write_table_atomic(documents_table(docs[2:]), str(tmp_path / "b.parquet")))]
+    paths = [
+        Path(write_table_atomic(documents_table(docs[:2]), str(tmp_path / "a.parquet"))),
+        Path(write_table_atomic(documents_table(docs[2:]), str(tmp_path / "b.parquet"))),
+    ]
     cfg = VocabConfig(wordpiece_vocab_size=2000, bpe_vocab_size=2000, sample_bytes=350_000)
     dirs = train_vocab_from_documents(paths, tmp_path / "vocab", cfg)
     assert set(dirs) == {"wordpiece", "bpe"}
@@ -151,7 +167,13 @@ def test_two_trainings_in_fresh_processes_give_byte_identical_vocabularies(share
         env = {**os.environ, "PYTHONHASHSEED": seed}
         subprocess.run([sys.executable, "-c", TRAIN_IN_A_PROCESS, str(corpus), str(tmp_path / seed)], check=True, env=env)
     files = sorted(path.relative_to(tmp_path / "1") for path in (tmp_path / "1").rglob("*") if path.is_file())
-    assert [str(f) for f in files] == ["bpe/merges.txt", "bpe/tokenizer.json", "bpe/vocab.json", "wordpiece/tokenizer.json", "wordpiece/vocab.txt"]
+    assert [str(f) for f in files] == [
+        "bpe/merges.txt",
+        "bpe/tokenizer.json",
+        "bpe/vocab.json",
+        "wordpiece/tokenizer.json",
+        "wordpiece/vocab.txt",
+    ]
     for name in files:
         assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes(), name
     vocab = (tmp_path / "1" / "wordpiece" / "vocab.txt").read_text(encoding="utf-8").splitlines()

@@ -1,5 +1,6 @@
 """The WebText build under Dask (2 worker processes): live fetches from the local server, then the
 in-process runner replays the WARCs Dask wrote and must produce byte-identical documents and rejects."""
+
 from __future__ import annotations
 
 import hashlib
@@ -10,8 +11,8 @@ import pyarrow.parquet as pq
 from http_fixture import LocalServer, extract_pages
 from test_webtext_job import FETCH, write_dumps
 
-from corpusforge.config import Config
 from corpusforge.build import run_build
+from corpusforge.config import Config
 from corpusforge.pipeline.documents_io import output_files
 
 
@@ -45,8 +46,14 @@ def test_webtext_build_on_dask_matches_in_process_replay(shared_data: Path, tmp_
         dumps, fault_reasons, submitted = write_dumps(server, pages, tmp_path)
         # Extraction runs in a guarded child process (a hung page cannot stall the worker): Dask workers
         # must be allowed children, as with `distributed.worker.daemon: false` on a real cluster.
-        with dask.config.set({"distributed.worker.daemon": False}), LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as cluster, Client(cluster):
-            dask_cfg = _config(tmp_path / "dask", dumps, warc_dir, runner="DaskRunner", beam_args=[f"--dask_client_address={cluster.scheduler_address}"])
+        with (
+            dask.config.set({"distributed.worker.daemon": False}),
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as cluster,
+            Client(cluster),
+        ):
+            dask_cfg = _config(
+                tmp_path / "dask", dumps, warc_dir, runner="DaskRunner", beam_args=[f"--dask_client_address={cluster.scheduler_address}"]
+            )
             result = run_build(dask_cfg)
     stats = result.stats["webtext"]
     assert stats.inputs == submitted, "every submission ends as a document or a reject"

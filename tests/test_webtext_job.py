@@ -1,5 +1,6 @@
 """The whole WebText job under the DirectRunner: dumps -> links -> real fetches -> documents / rejects,
 then the same documents again offline from the WARCs the first run wrote (server stopped)."""
+
 from __future__ import annotations
 
 import json
@@ -14,15 +15,25 @@ import zstandard
 from apache_beam.options.pipeline_options import PipelineOptions
 from http_fixture import LocalServer, extract_pages
 
+from corpusforge.config import Config
 from corpusforge.corpora.document import make_id
 from corpusforge.corpora.urls import canonical_url
 from corpusforge.corpora.warc import Capture, WarcFile, warc_files
-from corpusforge.config import Config
 from corpusforge.pipeline.webtext import build_webtext
 
-FETCH = dict(per_host_delay_s=0.0, per_host_concurrency=32, concurrency=32, read_timeout_s=1.0, total_timeout_s=2.5,
-             url_deadline_s=5, max_body_bytes=2_000_000, max_decoded_bytes=5_000_000, backoff_s=0.1, retries=2,
-             allow_networks=["127.0.0.1/32"])
+FETCH = dict(
+    per_host_delay_s=0.0,
+    per_host_concurrency=32,
+    concurrency=32,
+    read_timeout_s=1.0,
+    total_timeout_s=2.5,
+    url_deadline_s=5,
+    max_body_bytes=2_000_000,
+    max_decoded_bytes=5_000_000,
+    backoff_s=0.1,
+    retries=2,
+    allow_networks=["127.0.0.1/32"],
+)
 
 
 def run_job(cfg: Config, out: Path) -> tuple[list[dict], list[dict]]:
@@ -31,16 +42,28 @@ def run_job(cfg: Config, out: Path) -> tuple[list[dict], list[dict]]:
     with beam.Pipeline(options=options) as pipeline:
         documents, rejects = build_webtext(pipeline, cfg)
         for name, records in (("documents", documents), ("rejects", rejects)):
-            (records
-             | f"Json{name}" >> beam.Map(lambda r: json.dumps(asdict(r), sort_keys=True))
-             | f"Write{name}" >> beam.io.WriteToText(str(out / name), shard_name_template=""))
-    return ([json.loads(line) for line in (out / "documents").read_text().splitlines()],
-            [json.loads(line) for line in (out / "rejects").read_text().splitlines()])
+            (
+                records
+                | f"Json{name}" >> beam.Map(lambda r: json.dumps(asdict(r), sort_keys=True))
+                | f"Write{name}" >> beam.io.WriteToText(str(out / name), shard_name_template="")
+            )
+    return (
+        [json.loads(line) for line in (out / "documents").read_text().splitlines()],
+        [json.loads(line) for line in (out / "rejects").read_text().splitlines()],
+    )
 
 
 def submission(id: str, url: str, score: int = 5, **extra: object) -> str:
-    row = {"id": id, "url": url, "score": score, "is_self": False, "over_18": False, "subreddit": "test",
-           "title": f"Title {id}", "created_utc": 1120000000 + len(id)}
+    row = {
+        "id": id,
+        "url": url,
+        "score": score,
+        "is_self": False,
+        "over_18": False,
+        "subreddit": "test",
+        "title": f"Title {id}",
+        "created_utc": 1120000000 + len(id),
+    }
     row.update(extra)
     return json.dumps(row)
 
@@ -68,9 +91,15 @@ def write_dumps(server: LocalServer, pages: dict[str, bytes], where: Path) -> tu
         submission("q1", server.url(f"/page/{names[1]}?/base/news-3/1180.xml&amp;coll=1&thispage=23")),  # as linked
     ]
     faults = {
-        "/private/a": "robots_disallowed", "/to-metadata": "ssrf_blocked", "/to-private": "ssrf_blocked",
-        "/loop/0": "too_many_redirects", "/image": "content_type", "/bomb": "decompression_bomb",
-        "/huge": "too_large", "/missing": "http_error", "/slow": "timeout",
+        "/private/a": "robots_disallowed",
+        "/to-metadata": "ssrf_blocked",
+        "/to-private": "ssrf_blocked",
+        "/loop/0": "too_many_redirects",
+        "/image": "content_type",
+        "/bomb": "decompression_bomb",
+        "/huge": "too_large",
+        "/missing": "http_error",
+        "/slow": "timeout",
     }
     fault_rows = [submission(f"x{i}", server.url(path)) for i, path in enumerate(faults)]
     dropped = [
@@ -91,12 +120,18 @@ def write_dumps(server: LocalServer, pages: dict[str, bytes], where: Path) -> tu
 
 def test_webtext_job_online_then_offline(pages, tmp_path):
     warc_dir = tmp_path / "warc"
-    settings = {"dumps": [], "exclude_over_18": True, "warc_dir": str(warc_dir), "fetch": FETCH,
-                "extract": {"languages": [], "timeout_s": 20, "min_words": 30}}
+    settings = {
+        "dumps": [],
+        "exclude_over_18": True,
+        "warc_dir": str(warc_dir),
+        "fetch": FETCH,
+        "extract": {"languages": [], "timeout_s": 20, "min_words": 30},
+    }
     with LocalServer(pages) as server:
         dumps, fault_reasons, submitted = write_dumps(server, pages, tmp_path)
-        cfg = Config.model_validate({"run": {"output_dir": str(tmp_path / "out")},
-                                     "webtext": {**settings, "dumps": [str(p) for p in dumps]}})
+        cfg = Config.model_validate(
+            {"run": {"output_dir": str(tmp_path / "out")}, "webtext": {**settings, "dumps": [str(p) for p in dumps]}}
+        )
         (tmp_path / "run1").mkdir()
         documents, rejects = run_job(cfg, tmp_path / "run1")
         hits = dict(server.hits)
@@ -136,8 +171,9 @@ def test_webtext_job_online_then_offline(pages, tmp_path):
     # second run: the server is gone, the WARCs answer; same documents, same rejects
     written = warc_files(warc_dir)
     assert written and not [p for p in warc_dir.iterdir() if ".tmp-" in p.name]
-    offline = Config.model_validate({"run": {"output_dir": str(tmp_path / "out")},
-                                     "webtext": {**settings, "dumps": [str(p) for p in dumps], "offline": True}})
+    offline = Config.model_validate(
+        {"run": {"output_dir": str(tmp_path / "out")}, "webtext": {**settings, "dumps": [str(p) for p in dumps], "offline": True}}
+    )
     (tmp_path / "run2").mkdir()
     documents2, rejects2 = run_job(offline, tmp_path / "run2")
     key = lambda d: d["id"]  # noqa: E731
@@ -148,37 +184,47 @@ def test_webtext_job_online_then_offline(pages, tmp_path):
 
 def test_offline_from_real_warcs_without_dumps(shared_data, tmp_path):
     """wget's WARCs from the shared data: every capture becomes a document or a counted reject."""
-    cfg = Config.model_validate({"run": {"output_dir": str(tmp_path)},
-                                 "webtext": {"offline": True, "warc_dir": str(shared_data / "html" / "warc"),
-                                             "extract": {"languages": ["en"]}}})
+    cfg = Config.model_validate(
+        {
+            "run": {"output_dir": str(tmp_path)},
+            "webtext": {"offline": True, "warc_dir": str(shared_data / "html" / "warc"), "extract": {"languages": ["en"]}},
+        }
+    )
     documents, rejects = run_job(cfg, tmp_path)
     assert len(documents) + len(rejects) == 37  # response records in sample-0000/0001 (35 distinct URIs)
     assert sum(r["reason"] == "duplicate_url" for r in rejects) == 2
     assert len(documents) >= 25 and len({d["id"] for d in documents}) == len(documents)
     urls = {d["url"] for d in documents}
     assert "https://commoncrawl.org/faq" in urls
-    assert all(d["meta"]["warc_record_id"].startswith("<urn:uuid:") and d["meta"]["timestamp"].startswith("2024-")
-               for d in documents)
+    assert all(d["meta"]["warc_record_id"].startswith("<urn:uuid:") and d["meta"]["timestamp"].startswith("2024-") for d in documents)
 
 
 def test_offline_replay_finds_captures_under_other_spellings(pages, tmp_path):
     """Another crawler captured the pages under the spelling it saw; the dump links other spellings of the
     same canonical URLs (parameter order, an empty parameter, a #fragment, "&amp;"): all replay."""
     names = list(pages)[:3]
-    captured = [f"http://news.example.org/a/{names[0]}?b=2&a=1", f"http://news.example.org/b/{names[1]}?id=7&page=",
-                f"http://www.news.example.org/c/{names[2]}#comments"]
-    submitted = [f"http://news.example.org/a/{names[0]}?a=1&amp;b=2", f"http://news.example.org/b/{names[1]}?id=7&page",
-                 f"https://news.example.org/c/{names[2]}/"]
+    captured = [
+        f"http://news.example.org/a/{names[0]}?b=2&a=1",
+        f"http://news.example.org/b/{names[1]}?id=7&page=",
+        f"http://www.news.example.org/c/{names[2]}#comments",
+    ]
+    submitted = [
+        f"http://news.example.org/a/{names[0]}?a=1&amp;b=2",
+        f"http://news.example.org/b/{names[1]}?id=7&page",
+        f"https://news.example.org/c/{names[2]}/",
+    ]
     warc_dir = tmp_path / "warc"
     with WarcFile(warc_dir / "foreign.warc.gz") as warc:
         for url, name in zip(captured, names):
-            warc.write(Capture(url=url, final_url=url, status=200, headers=(("Content-Type", "text/html"),),
-                               body=pages[name]))
+            warc.write(Capture(url=url, final_url=url, status=200, headers=(("Content-Type", "text/html"),), body=pages[name]))
     dump = tmp_path / "RS_2005-08.ndjson"
     dump.write_text("\n".join(submission(f"o{i}", url) for i, url in enumerate(submitted)), encoding="utf-8")
-    cfg = Config.model_validate({"run": {"output_dir": str(tmp_path / "out")},
-                                 "webtext": {"dumps": [str(dump)], "offline": True, "warc_dir": str(warc_dir),
-                                             "extract": {"languages": [], "min_words": 30}}})
+    cfg = Config.model_validate(
+        {
+            "run": {"output_dir": str(tmp_path / "out")},
+            "webtext": {"dumps": [str(dump)], "offline": True, "warc_dir": str(warc_dir), "extract": {"languages": [], "min_words": 30}},
+        }
+    )
     documents, rejects = run_job(cfg, tmp_path)
     assert [r["reason"] for r in rejects if r["reason"] == "not_in_warc"] == []
     assert sorted(d["url"] for d in documents) == sorted(captured)
@@ -197,8 +243,9 @@ def test_description_lead_only_where_the_host_does_not_share_it(shared_data, tmp
     settings = {"offline": True, "warc_dir": str(warc_dir), "extract": {"languages": ["en"]}}
     runs = {}
     for lead in (True, False):
-        cfg = Config.model_validate({"run": {"output_dir": str(tmp_path / f"out{lead}")},
-                                     "webtext": {**settings, "extract": {"lead_from_description": lead}}})
+        cfg = Config.model_validate(
+            {"run": {"output_dir": str(tmp_path / f"out{lead}")}, "webtext": {**settings, "extract": {"lead_from_description": lead}}}
+        )
         (tmp_path / f"run{lead}").mkdir()
         documents, _ = run_job(cfg, tmp_path / f"run{lead}")
         runs[lead] = {d["url"]: d["text"] for d in documents}

@@ -1,4 +1,5 @@
 """Dump reading: filtering with counts, encodings, multistream ranges, damaged input, the sample."""
+
 from __future__ import annotations
 
 import bz2
@@ -90,9 +91,7 @@ def test_table_markup_dump_without_siteinfo(shared_data: Path) -> None:
         assert not any(token in doc.text for token in ("{|", "|}", "|-", "||", "!!", "{{", "[["))
 
 
-def test_multistream_ranges_read_like_the_whole_file(
-    multistream: Path, enwiki_records: list[Document | Reject]
-) -> None:
+def test_multistream_ranges_read_like_the_whole_file(multistream: Path, enwiki_records: list[Document | Reject]) -> None:
     index = multistream.with_name("enwiki-test-pages-articles-multistream-index.txt.bz2")
     offsets = read_stream_offsets(index)
     assert len(offsets) == 21  # 206 pages, 10 per stream
@@ -185,14 +184,16 @@ def test_damage_in_many_pages_and_after_the_last(enwiki: Path, enwiki_records: l
     xml = bz2.decompress(enwiki.read_bytes())
     pages = xml.split(b"<page>")
     broken = {3, 4, 100, 206}  # two in a row, and the last page
-    damaged = pages[0] + b"".join(b"<page>" + (p.replace(b"<title>", b"<title>\x02", 1) if i in broken else p)
-                                  for i, p in enumerate(pages[1:], start=1))
+    damaged = pages[0] + b"".join(
+        b"<page>" + (p.replace(b"<title>", b"<title>\x02", 1) if i in broken else p) for i, p in enumerate(pages[1:], start=1)
+    )
     bad = tmp_path / "bad.xml"
     bad.write_bytes(damaged)
     records = read_all(bad)
     assert [i for i, r in enumerate(records, start=1) if getattr(r, "reason", "") == "malformed_xml"] == sorted(broken)
     assert [r for i, r in enumerate(records, start=1) if i not in broken] == [
-        r for i, r in enumerate(enwiki_records, start=1) if i not in broken]
+        r for i, r in enumerate(enwiki_records, start=1) if i not in broken
+    ]
 
 
 def test_truncated_multistream_reports_every_damaged_range(multistream: Path, tmp_path: Path) -> None:
@@ -204,8 +205,8 @@ def test_truncated_multistream_reports_every_damaged_range(multistream: Path, tm
     reasons = [Counter(getattr(x, "reason", "document") for x in records) for records in per_range]
     damaged = [i for i, counts in enumerate(reasons) if counts["corrupt_input"]]
     assert damaged and damaged == list(range(damaged[0], len(ranges)))  # the cut range and all after
-    assert all(counts["corrupt_input"] == 1 for counts in reasons[damaged[0]:])
-    assert all(isinstance(records[-1], Reject) for records in per_range[damaged[0]:])
+    assert all(counts["corrupt_input"] == 1 for counts in reasons[damaged[0] :])
+    assert all(isinstance(records[-1], Reject) for records in per_range[damaged[0] :])
 
 
 def test_bundled_sample(samples: Path, tmp_path: Path) -> None:

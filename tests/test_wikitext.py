@@ -1,4 +1,5 @@
 """wikitext_to_text: what survives, what is dropped, and that no markup leaks on real pages."""
+
 from __future__ import annotations
 
 import re
@@ -33,8 +34,7 @@ def test_references_named_and_self_closing_are_dropped() -> None:
 
 def test_tables_dropped_prose_around_them_kept() -> None:
     text = wikitext_to_text(
-        'Before.\n{| class="wikitable"\n|+ Caption\n! A !! B\n|-\n| 1 || {{flag|X}}\n|-\n'
-        '| colspan="2" |\n{| \n| nested\n|}\n|}\nAfter.'
+        'Before.\n{| class="wikitable"\n|+ Caption\n! A !! B\n|-\n| 1 || {{flag|X}}\n|-\n| colspan="2" |\n{| \n| nested\n|}\n|}\nAfter.'
     )
     assert text == "Before.\n\nAfter."
 
@@ -122,12 +122,54 @@ def test_agrees_with_wikiextractor_on_viwiki(shared_data: Path) -> None:
         assert recall >= 0.97 and f1 >= 0.85, (doc.title, precision, recall)
 
 
-FRAGMENTS = st.sampled_from([
-    "{{", "}}", "[[", "]]", "{|", "|}", "|-", "|", "{{{", "}}}", "[", "]", "{", "}", "<ref>", "</ref>",
-    "<ref name=a/>", "<!--", "-->", "'''", "''", "==", "\n", "\n\n", "* ", ": ", "File:", "Category:",
-    "fr:", "http://x.org", " ", "word", "Ünïcode", "<gallery>", "</gallery>", "<math>", "__TOC__", "&amp;",
-    "<", ">", "=", "#", ";", "\x00H",
-])
+FRAGMENTS = st.sampled_from(
+    [
+        "{{",
+        "}}",
+        "[[",
+        "]]",
+        "{|",
+        "|}",
+        "|-",
+        "|",
+        "{{{",
+        "}}}",
+        "[",
+        "]",
+        "{",
+        "}",
+        "<ref>",
+        "</ref>",
+        "<ref name=a/>",
+        "<!--",
+        "-->",
+        "'''",
+        "''",
+        "==",
+        "\n",
+        "\n\n",
+        "* ",
+        ": ",
+        "File:",
+        "Category:",
+        "fr:",
+        "http://x.org",
+        " ",
+        "word",
+        "Ünïcode",
+        "<gallery>",
+        "</gallery>",
+        "<math>",
+        "__TOC__",
+        "&amp;",
+        "<",
+        ">",
+        "=",
+        "#",
+        ";",
+        "\x00H",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)

@@ -13,6 +13,7 @@ error, and a run directory falls back to its newest intact checkpoint with a war
 Random state needs no file: the trainer reseeds every optimizer step from (seed, rank, step), so the
 step number alone restores dropout masks exactly, on any number of ranks.
 """
+
 from __future__ import annotations
 
 import json

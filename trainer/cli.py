@@ -1,4 +1,5 @@
 """``train``, ``export``, ``finetune`` and ``generate`` commands. Multi-GPU: ``torchrun --nproc-per-node 8 $(which corpusforge) train ...``."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,20 +32,42 @@ def fail(message: str) -> None:
 def train_command(
     shards: Annotated[Path, typer.Option("--shards", help="training shard directory (holds manifest.json)")],
     out: Annotated[Optional[Path], typer.Option("--out", help="run directory (default: <run.output_dir>/train/<model>)")] = None,
-    model: Annotated[Optional[str], typer.Option(help="bert-tiny|mini|small|medium|base, gpt-tiny|small, gpt2-124M [default: train.model when set, else "
-                                                      f"{DEFAULT_MODEL['bert']} for BERT shards, {DEFAULT_MODEL['gpt']} for GPT shards]")] = None,
+    model: Annotated[
+        Optional[str],
+        typer.Option(
+            help="bert-tiny|mini|small|medium|base, gpt-tiny|small, gpt2-124M [default: train.model when set, else "
+            f"{DEFAULT_MODEL['bert']} for BERT shards, {DEFAULT_MODEL['gpt']} for GPT shards]"
+        ),
+    ] = None,
     steps: Annotated[Optional[int], typer.Option(help="optimizer steps" + _default("steps"))] = None,
     batch_size: Annotated[Optional[int], typer.Option(help="examples per micro-batch per process" + _default("batch_size"))] = None,
-    global_batch_size: Annotated[Optional[int], typer.Option(help="examples per optimizer step (gradient accumulation); unset: batch size x processes")] = None,
+    global_batch_size: Annotated[
+        Optional[int], typer.Option(help="examples per optimizer step (gradient accumulation); unset: batch size x processes")
+    ] = None,
     lr: Annotated[Optional[float], typer.Option(help="peak learning rate [default: the family's recipe]")] = None,
     warmup_steps: Annotated[Optional[int], typer.Option(help="linear warm-up steps [default: 1% of the steps]")] = None,
-    eval_shards: Annotated[Optional[Path], typer.Option("--eval-shards", help="held-out shard directory evaluated at the end [default: the last train.holdout_examples of --shards]")] = None,
-    holdout_examples: Annotated[Optional[int], typer.Option(help="without --eval-shards: hold out the last min(this, N // 10) examples; 0: none" + _default("holdout_examples"))] = None,
-    eval_every: Annotated[Optional[int], typer.Option("--eval-every", help="evaluate the whole held-out set every N steps" + _default("eval_every"))] = None,
+    eval_shards: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--eval-shards", help="held-out shard directory evaluated at the end [default: the last train.holdout_examples of --shards]"
+        ),
+    ] = None,
+    holdout_examples: Annotated[
+        Optional[int],
+        typer.Option(help="without --eval-shards: hold out the last min(this, N // 10) examples; 0: none" + _default("holdout_examples")),
+    ] = None,
+    eval_every: Annotated[
+        Optional[int], typer.Option("--eval-every", help="evaluate the whole held-out set every N steps" + _default("eval_every"))
+    ] = None,
     resume: Annotated[Optional[Path], typer.Option(help="checkpoint directory, or a run directory (its newest checkpoint)")] = None,
     compile: Annotated[Optional[bool], typer.Option("--compile/--no-compile", help="torch.compile on CUDA" + _default("compile"))] = None,
     device: Annotated[Optional[str], typer.Option(help="cuda or cpu [default: cuda when available]")] = None,
-    vocab: Annotated[Optional[Path], typer.Option("--vocab", help="vocabulary directory or tokenizer.json, when the shards were moved without the one their manifest names")] = None,
+    vocab: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--vocab", help="vocabulary directory or tokenizer.json, when the shards were moved without the one their manifest names"
+        ),
+    ] = None,
     config: Annotated[Optional[Path], typer.Option("--config", help="TOML configuration; its [train] section is the base")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="override a key, e.g. --set train.grad_clip=0.5", show_default=False)] = [],
 ) -> None:
@@ -57,7 +80,9 @@ def train_command(
         task = read_manifest(shards).task
         model = model or (cfg.train.model if "model" in cfg.train.model_fields_set else DEFAULT_MODEL[task])
         if get_size(model).family != task:
-            fail(f"--model {model} is a {get_size(model).family.upper()} model but {shards} holds {task.upper()} shards (e.g. --model {DEFAULT_MODEL[task]})")
+            fail(
+                f"--model {model} is a {get_size(model).family.upper()} model but {shards} holds {task.upper()} shards (e.g. --model {DEFAULT_MODEL[task]})"
+            )
         given = {
             "model": model,
             "steps": steps,
@@ -115,7 +140,9 @@ def finetune_command(
     max_seq_length: Annotated[int, typer.Option(help="tokens per example, [CLS] and [SEP]s included")] = FinetuneConfig().max_seq_length,
     max_train_examples: Annotated[Optional[int], typer.Option(help="train on a seeded subset of this many examples")] = None,
     seed: Annotated[int, typer.Option(help="classifier init, data order, dropout and subset")] = 0,
-    random_init: Annotated[bool, typer.Option("--random-init", help="same architecture and vocabulary, untrained weights (the baseline)")] = False,
+    random_init: Annotated[
+        bool, typer.Option("--random-init", help="same architecture and vocabulary, untrained weights (the baseline)")
+    ] = False,
     device: Annotated[Optional[str], typer.Option(help="cuda or cpu (default: cuda when available)")] = None,
 ) -> None:
     """Fine-tune a BERT checkpoint on a GLUE task; prints and writes the dev metric (OUT/results.json)."""
@@ -123,8 +150,14 @@ def finetune_command(
 
     try:
         cfg = FinetuneConfig(
-            task=task, epochs=epochs, lr=lr, batch_size=batch_size, max_seq_length=max_seq_length,
-            max_train_examples=max_train_examples, seed=seed, random_init=random_init,
+            task=task,
+            epochs=epochs,
+            lr=lr,
+            batch_size=batch_size,
+            max_seq_length=max_seq_length,
+            max_train_examples=max_train_examples,
+            seed=seed,
+            random_init=random_init,
         )
         results = finetune(checkpoint, glue_dir, out, cfg, device=device)
     except ValidationError as error:

@@ -56,6 +56,7 @@ Order, sharding and resume (the rules this module guarantees)
   epochs counted from the starting one. Each ``iter(loader)`` restarts from the stream's current
   state, so do not use ``persistent_workers=True`` together with ``set_epoch``/``load_state_dict``.
 """
+
 from __future__ import annotations
 
 import time

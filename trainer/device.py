@@ -1,4 +1,5 @@
 """Where a model runs and in which precision: one place for the device pick and the autocast set-up."""
+
 from __future__ import annotations
 
 import contextlib

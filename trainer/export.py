@@ -9,6 +9,7 @@ An export only ever writes into a missing or empty folder, or over a previous ex
 ``force``: ``export.json`` lists what the export wrote, and a folder holding anything else is refused,
 so nothing the export did not write is ever deleted.
 """
+
 from __future__ import annotations
 
 import json
@@ -129,7 +130,11 @@ def save_tokenizer(vocab: dict, family: str, out_dir: Path, max_length: int) -> 
     if family == "bert":
         names = {BERT_TOKENS[k]: tokenizer.id_to_token(i) for k, i in special.items() if k in BERT_TOKENS}
         normalizer = json.loads(tokenizer.to_str())["normalizer"] or {}  # BertTokenizerFast rebuilds a normalizer that disagrees
-        settings = {"tokenizer_class": "BertTokenizerFast", "do_lower_case": normalizer.get("lowercase", False), "strip_accents": normalizer.get("strip_accents")}
+        settings = {
+            "tokenizer_class": "BertTokenizerFast",
+            "do_lower_case": normalizer.get("lowercase", False),
+            "strip_accents": normalizer.get("strip_accents"),
+        }
     else:
         eot = tokenizer.id_to_token(special["eot"])
         names = {"bos_token": eot, "eos_token": eot, "unk_token": eot, "pad_token": eot}

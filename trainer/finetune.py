@@ -7,6 +7,7 @@ metric is computed after every epoch; ``dev`` in results.json is the last epoch'
 best epoch on the dev set it is reported on). ``random_init`` keeps architecture and vocabulary but
 not the weights: the baseline that shows what pre-training bought.
 """
+
 from __future__ import annotations
 
 import time
@@ -119,8 +120,12 @@ def finetune(
     }
     out_dir = Path(out_dir)
     write_json_atomic(results, out_dir / "results.json")
-    atomic_write_bytes(out_dir / "dev_predictions.txt", "".join(f"{p}\n" for p in predictions).encode())  # the last epoch's, in dev-file order
-    plot_dev(epochs, task.metric, f"{task.name} dev {task.metric}" + (" (random init)" if cfg.random_init else ""), out_dir / "dev_curve.png")
+    atomic_write_bytes(
+        out_dir / "dev_predictions.txt", "".join(f"{p}\n" for p in predictions).encode()
+    )  # the last epoch's, in dev-file order
+    plot_dev(
+        epochs, task.metric, f"{task.name} dev {task.metric}" + (" (random init)" if cfg.random_init else ""), out_dir / "dev_curve.png"
+    )
     return results
 
 

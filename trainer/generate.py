@@ -5,6 +5,7 @@ temperature, optionally cut to the ``top_k`` most likely tokens, one token drawn
 generator seeded by ``seed`` (same seed, same text). The context is cropped to the model's window;
 sampling stops early at the end-of-text token.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,7 +30,14 @@ def load_gpt(checkpoint: Path, device: torch.device) -> tuple[GPT, dict]:
 
 @torch.no_grad()
 def sample(
-    model: GPT, ids: list[int], max_new_tokens: int, *, temperature: float = 1.0, top_k: int | None = None, seed: int = 0, stop: int | None = None
+    model: GPT,
+    ids: list[int],
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int = 0,
+    stop: int | None = None,
 ) -> list[int]:
     """``max_new_tokens`` new token ids after ``ids`` (fewer when ``stop`` is drawn; it is not returned)."""
     if temperature <= 0:

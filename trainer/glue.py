@@ -9,6 +9,7 @@ tabs only: the files are not CSV-quoted (quote characters are part of the text).
 Metrics follow GLUE: accuracy (SST-2), Matthews correlation (CoLA), F1 of the positive class and
 accuracy (MRPC), written out from their definitions so no scikit-learn is needed.
 """
+
 from __future__ import annotations
 
 import math
@@ -96,9 +97,7 @@ def subset(examples: Sequence[Example], count: int | None, seed: int) -> list[Ex
     return [examples[i] for i in keep]
 
 
-def encode(
-    examples: Sequence[Example], tokenizer: Tokenizer, special_ids: dict[str, int], max_seq_length: int
-) -> dict[str, torch.Tensor]:
+def encode(examples: Sequence[Example], tokenizer: Tokenizer, special_ids: dict[str, int], max_seq_length: int) -> dict[str, torch.Tensor]:
     """``[CLS] a [SEP] (b [SEP])`` padded to the longest row, pairs truncated longest-first as BERT does."""
     cls, sep, pad = special_ids["cls"], special_ids["sep"], special_ids["pad"]
     rows, types = [], []
@@ -131,7 +130,12 @@ def confusion(predictions: Sequence[int], labels: Sequence[int]) -> tuple[int, i
     p, y = np.asarray(predictions), np.asarray(labels)
     if p.shape != y.shape:
         raise ValueError(f"{p.shape[0]} predictions for {y.shape[0]} labels")
-    return int(((p == 1) & (y == 1)).sum()), int(((p == 0) & (y == 0)).sum()), int(((p == 1) & (y == 0)).sum()), int(((p == 0) & (y == 1)).sum())
+    return (
+        int(((p == 1) & (y == 1)).sum()),
+        int(((p == 0) & (y == 0)).sum()),
+        int(((p == 1) & (y == 0)).sum()),
+        int(((p == 0) & (y == 1)).sum()),
+    )
 
 
 def accuracy(predictions: Sequence[int], labels: Sequence[int]) -> float:

@@ -12,6 +12,7 @@ Every evaluation covers every held-out example (the partial last batch included)
 ``train.eval_batches`` caps it. SIGINT/SIGTERM finish the current step, write a checkpoint and
 raise KeyboardInterrupt; a second signal interrupts at once.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -218,7 +219,9 @@ def held_out_set(split: dict[str, Any], shards: Path, eval_shards: Path | None) 
     return None
 
 
-def prepare(cfg: TrainConfig, shards: Path, run_dir: Path, eval_shards: Path | None, resume: Path | None, world: World, progress: bool) -> Run:
+def prepare(
+    cfg: TrainConfig, shards: Path, run_dir: Path, eval_shards: Path | None, resume: Path | None, world: World, progress: bool
+) -> Run:
     """Check the shards, cut the split, build model and optimizer, restore a checkpoint when resuming."""
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
@@ -251,7 +254,9 @@ def prepare(cfg: TrainConfig, shards: Path, run_dir: Path, eval_shards: Path | N
     if world.size > 1:
         model = nn.parallel.DistributedDataParallel(model, device_ids=[world.local_rank] if world.device.type == "cuda" else None)
     held_out = held_out_set(split, shards, eval_shards)
-    return Run(cfg, world, run_dir, shards, split, held_out, stream, mcfg, model, optimizer, scheduler, accumulation_steps(cfg, world), start_step)
+    return Run(
+        cfg, world, run_dir, shards, split, held_out, stream, mcfg, model, optimizer, scheduler, accumulation_steps(cfg, world), start_step
+    )
 
 
 def train(
@@ -332,7 +337,7 @@ def train_step(run: Run, batches: Iterator[Batch], step: int) -> tuple[torch.Ten
     for micro in range(run.accum):
         batch = to_model_inputs(next(batches), world.device, task)
         sync = micro == run.accum - 1 or world.size == 1
-        with (contextlib.nullcontext() if sync else run.model.no_sync()), autocast(world.device):
+        with contextlib.nullcontext() if sync else run.model.no_sync(), autocast(world.device):
             out, counts = forward(run.model, task, batch)
         (out["loss"] / run.accum).backward()
         step_sums = batch_sums(task, out, counts, batch["input_ids"].shape[0])
@@ -383,7 +388,9 @@ def interval_record(run: Run, interval: Interval, grad_norm: float, lr: float, t
     interval.pause()
     record = summarize(run.task, interval.sums)
     tokens_per_s = tokens_per_step(run) * interval.steps / interval.seconds
-    record.update(lr=lr, grad_norm=grad_norm, tokens_per_s=tokens_per_s, examples_per_s=tokens_per_s / run.seq_len, data_wait=timer.fraction())
+    record.update(
+        lr=lr, grad_norm=grad_norm, tokens_per_s=tokens_per_s, examples_per_s=tokens_per_s / run.seq_len, data_wait=timer.fraction()
+    )
     peak = device_peak_flops(world.device)
     if peak is not None:
         flops_token = flops_per_token(count_params(unwrap(run.model)), run.mcfg.n_layer, run.mcfg.n_embd, run.seq_len)
@@ -465,7 +472,9 @@ def final_evaluation(run: Run, log: MetricsLog) -> dict[str, Any]:
     """Evaluate the held-out set after the last step; eval.json is the record, metrics.jsonl gets the point too."""
     if run.held_out is None:
         if run.world.main:
-            logger.warning("no held-out evaluation: train.holdout_examples is 0 (or the corpus has under 10 examples) and no eval shards were given")
+            logger.warning(
+                "no held-out evaluation: train.holdout_examples is 0 (or the corpus has under 10 examples) and no eval shards were given"
+            )
         return {}
     results = evaluate(unwrap(run.model), run.held_out, run.cfg, run.world, run.stream.manifest.vocab.sha256)
     if run.world.main:
@@ -487,7 +496,9 @@ def held_out_batches(held_out: HeldOut, batch_size: int, world: World, max_batch
         full, hi = max_batches, lo + max_batches * per_global
     full_end = lo + full * per_global
     if full:
-        stream = ShardStream(held_out.shards, batch_size, rank=world.rank, world_size=world.size, shuffle=False, epochs=1, example_range=(lo, full_end))
+        stream = ShardStream(
+            held_out.shards, batch_size, rank=world.rank, world_size=world.size, shuffle=False, epochs=1, example_range=(lo, full_end)
+        )
         yield from stream
     rest = hi - full_end
     first, end = full_end + rest * world.rank // world.size, full_end + rest * (world.rank + 1) // world.size

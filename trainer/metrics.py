@@ -4,6 +4,7 @@ Model FLOPs per token follow PaLM (appendix B) as nanoGPT does: 6N for the weigh
 backward plus 12 * layers * width * sequence for attention scores. For BERT this slightly overstates
 the MLM decoder, which only runs on the masked positions.
 """
+
 from __future__ import annotations
 
 import json

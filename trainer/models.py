@@ -5,6 +5,7 @@ Both share one attention and one MLP block. Parameter names follow nanoGPT (``c_
 rename plus a split (BERT) or transpose (GPT-2 Conv1D). Numerics match transformers exactly:
 BERT uses erf-GELU and LayerNorm eps 1e-12, GPT-2 uses tanh-GELU ("gelu_new") and eps 1e-5.
 """
+
 from __future__ import annotations
 
 import math
@@ -75,9 +76,7 @@ class SelfAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0, is_causal=self.causal
-        )
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0, is_causal=self.causal)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
@@ -141,9 +140,7 @@ class Bert(nn.Module):
         self.mlm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         self.apply(_init_weights)
 
-    def encode(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
-    ) -> torch.Tensor:
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         pos = torch.arange(input_ids.size(1), device=input_ids.device)
         x = self.wte(input_ids) + self.wpe(pos) + self.wtt(token_type_ids)
         x = self.drop(self.ln_emb(x))
@@ -171,9 +168,9 @@ class Bert(nn.Module):
         mlm_logits = F.linear(masked, self.wte.weight, self.mlm_bias)
         out = {"mlm_logits": mlm_logits, "nsp_logits": nsp_logits}
         if masked_lm_ids is not None and masked_lm_weights is not None and next_sentence_label is not None:
-            per_token = F.cross_entropy(
-                mlm_logits.float().flatten(0, 1), masked_lm_ids.flatten(), reduction="none"
-            ).view_as(masked_lm_weights)
+            per_token = F.cross_entropy(mlm_logits.float().flatten(0, 1), masked_lm_ids.flatten(), reduction="none").view_as(
+                masked_lm_weights
+            )
             mlm_loss = (per_token * masked_lm_weights).sum() / (masked_lm_weights.sum() + 1e-5)
             nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label)
             out.update(loss=mlm_loss + nsp_loss, mlm_loss=mlm_loss, nsp_loss=nsp_loss)

@@ -6,6 +6,7 @@ weight decay 0.1, linear warmup then cosine decay to lr/10. Warmup defaults to 1
 run keeps the papers' shape. Weight decay skips every 1-D tensor (biases, LayerNorm gains and shifts,
 including the embeddings' LayerNorm), as both reference implementations do.
 """
+
 from __future__ import annotations
 
 import math

@@ -3,6 +3,7 @@
 A size fixes the architecture; the vocabulary comes from the shard manifest and is padded up to a
 multiple of 64 so the embedding/decoder matmuls hit fast kernel shapes (nanoGPT's 50257 -> 50304).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
