@@ -23,4 +23,6 @@ def pipeline_options(run: RunConfig, **extra: object) -> PipelineOptions:
         flags.append(f"--direct_running_mode={run.direct_running_mode}")
         workers = 1 if run.direct_running_mode == "in_memory" else run.direct_num_workers or os.cpu_count() or 1
         flags.append(f"--direct_num_workers={workers}")
+        if not any(flag.startswith("--default_sdk_harness_log_level") for flag in run.beam_args):
+            flags.append("--default_sdk_harness_log_level=WARNING")  # worker processes: no per-bundle INFO lines
     return PipelineOptions(flags, **extra)
