@@ -92,9 +92,12 @@ def documents_graph(p: beam.Pipeline, cfg: Config, work: Path) -> None:
     if "wikipedia" in stages:
         reads.append(read_tasks(p, "wikipedia", wikipedia_tasks(cfg.wikipedia), WikipediaReader(cfg.wikipedia), spill, clean, near))
     if "webtext" in stages:
-        from corpusforge.pipeline.webtext import build_webtext
+        from corpusforge.pipeline.webtext import build_webtext, count_inputs, input_paths
 
         web_docs, web_rejects = build_webtext(p, cfg)
+        reads.append(
+            p | "WebTextInputs" >> beam.Create(input_paths(cfg)) | "CountWebTextInputs" >> beam.Map(count_inputs, bool(cfg.webtext.dumps))
+        )
         reads.append(
             (web_docs, web_rejects)
             | "WebTextRecords" >> beam.Flatten()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html as html_lib
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,6 +194,19 @@ class WebText(beam.PTransform):
             documents = (parts[0], led) | "Documents" >> beam.Flatten()
         rejects = (link_rejects, page_rejects) | "Rejects" >> beam.Flatten()
         return documents, rejects
+
+
+def count_inputs(path: str, from_dumps: bool) -> tuple[str, dict[str, int]]:
+    """One dump's lines (or, offline without dumps, one WARC's records), counted by their own read: the
+    build checks them against the documents + rejects WebText ends with."""
+    counts: Counter[str] = Counter()
+    for _ in read_submissions(Path(path), counts) if from_dumps else iter_captures(Path(path), 0, counts):
+        pass
+    return "counters", {f"{SOURCE}.inputs": counts["inputs"]}
+
+
+def input_paths(cfg: Config) -> list[str]:
+    return sorted(str(p) for p in cfg.webtext.dumps) if cfg.webtext.dumps else [str(p) for p in warc_files(warc_dir_of(cfg))]
 
 
 def build_webtext(pipeline: beam.Pipeline, cfg: Config) -> tuple[PCollection, PCollection]:

@@ -133,3 +133,27 @@ def test_20mb_identical_on_every_runner_with_a_small_dask_launcher(tmp_path_fact
     assert reference and digests(work / "multi") == reference and digests(work / "dask") == reference
     # the launcher only builds the graph: it grows by far less than the corpus it sends through the workers
     assert peak[0] - before < 300 << 20, f"launcher grew {(peak[0] - before) >> 20} MB"
+
+
+def test_webtext_inputs_are_the_dump_lines(tmp_path: Path, shared_data: Path) -> None:
+    """WebText's inputs are counted by reading the dumps (not as documents + rejects): every line is accounted for."""
+    import lzma
+
+    dumps = sorted((shared_data / "reddit").glob("RS_*.xz"))
+    lines = sum(1 for dump in dumps for line in lzma.open(dump, "rt", encoding="utf-8") if line.strip())
+    result = run_build(
+        load_config(
+            None,
+            [
+                f"webtext.dumps={[str(d) for d in dumps]!r}".replace("'", '"'),
+                "webtext.offline=true",
+                f'webtext.warc_dir="{shared_data / "html" / "warc"}"',
+                'run.stages=["webtext","clean","dedup","documents"]',
+                f'run.output_dir="{tmp_path / "out"}"',
+                'run.direct_running_mode="in_memory"',
+            ],
+        )
+    )
+    web = result.stats["webtext"]
+    assert result.artifacts["counters"]["read"]["webtext.inputs"] == lines  # counted by the dump read itself
+    assert web.inputs == lines == web.documents + sum(web.rejects.values())
