@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from corpusforge.config import NearDedupConfig
 from corpusforge.corpora.clean import dedup_key
-from corpusforge.corpora.document import META_FIELDS, Document
+from corpusforge.corpora.document import Document
 from corpusforge.corpora.minhash import MinHasher, band_keys, lsh_params
 from corpusforge.pipeline.documents_io import DOCUMENT_SCHEMA, documents_table
 
@@ -59,26 +59,11 @@ def write_spill(path: Path, docs: list[Document]) -> None:
             batch.append(doc)
             size += len(doc.text)
             if size >= SPILL_BATCH_BYTES:
-                writer.write_table(_rows_table(batch))
+                writer.write_table(documents_table(batch, sort=False))
                 batch, size = [], 0
         if batch or not docs:
-            writer.write_table(_rows_table(batch))
+            writer.write_table(documents_table(batch, sort=False))
     os.replace(tmp, path)
-
-
-def _rows_table(docs: list[Document]) -> pa.Table:
-    """Documents in the given order (``documents_table`` sorts; a spill file keeps its row numbers)."""
-    return pa.Table.from_pydict(
-        {
-            "id": [d.id for d in docs],
-            "source": [d.source for d in docs],
-            "title": [d.title for d in docs],
-            "url": [d.url for d in docs],
-            "text": [d.text for d in docs],
-            "meta": [{name: d.meta.get(name) for name in META_FIELDS} for d in docs],
-        },
-        schema=DOCUMENT_SCHEMA,
-    )
 
 
 def _batches(path: str) -> Iterator[tuple[int, pa.RecordBatch]]:

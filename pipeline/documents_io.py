@@ -38,8 +38,9 @@ def part_of(record_id: str, parts: int) -> int:
     return int(record_id[:8], 16) % parts
 
 
-def documents_table(docs: Iterable[Document]) -> pa.Table:
-    rows = sorted(docs, key=lambda d: d.id)
+def documents_table(docs: Iterable[Document], sort: bool = True) -> pa.Table:
+    """Documents as an Arrow table, sorted by id unless ``sort`` is false (spill files keep their row order)."""
+    rows = sorted(docs, key=lambda d: d.id) if sort else list(docs)
     return pa.Table.from_pydict(
         {
             "id": [d.id for d in rows],

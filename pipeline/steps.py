@@ -25,6 +25,7 @@ from corpusforge.corpora.books import list_book_files, read_book
 from corpusforge.corpora.clean import Cleaner
 from corpusforge.corpora.document import Document, Reject
 from corpusforge.corpora.wikipedia import plan_ranges, read_range
+from corpusforge.files import write_json_atomic
 from corpusforge.hashing import stable_hash
 from corpusforge.pipeline.document_spill import DocRef, RefMaker, gather_part, scatter
 from corpusforge.pipeline.documents_io import PART_PATTERN, part_of, rejects_table, write_table_atomic
@@ -247,13 +248,12 @@ def merge_counters(parts: Iterable[dict]) -> dict[str, int]:
 
 def write_counters(counters: dict[str, beam.PCollection], path: str) -> None:
     """Every counter stream merged into one JSON file ``{stream: {name: count}}``: the job's one stats path."""
-    import json
 
     def write(item: tuple[int, Iterable[tuple[str, dict]]]) -> None:
         merged: dict[str, list[dict]] = {name: [] for name in counters}
         for name, values in item[1]:
             merged[name].append(values)
-        Path(path).write_text(json.dumps({name: merge_counters(v) for name, v in merged.items()}, sort_keys=True), encoding="utf-8")
+        write_json_atomic({name: merge_counters(v) for name, v in merged.items()}, Path(path))
 
     streams = [pcoll | f"Name{name.title()}" >> beam.Map(lambda c, n: (0, (n, c)), name) for name, pcoll in counters.items()]
     _ = streams | "AllCounters" >> beam.Flatten() | "GatherCounters" >> beam.GroupByKey() | "WriteCounters" >> beam.Map(write)
