@@ -38,15 +38,49 @@ CLI = [str(Path(sys.executable).parent / "corpusforge"), "build"]
 
 
 class PeakWatcher:
-    """Peak RSS of a process and of each of its descendants, sampled every 0.2 s."""
+    """Peak RSS of a process and of each of its descendants, sampled every 0.2 s, overall and per stage.
 
-    def __init__(self, pids: list[int]) -> None:
+    The stage running is the first of ``stages`` whose marker (``OUT/.stages/<stage>.json``) is not
+    written yet; at each marker the CPU seconds of the launcher's tree so far are noted.
+    """
+
+    def __init__(self, pids: list[int], out: Path | None = None, stages: tuple[str, ...] = ()) -> None:
         self.roots, self.peaks, self.root_of, self._stop = pids, {}, {}, threading.Event()
+        self.out, self.stages = out, stages
+        self.stage_peaks: dict[str, dict[str, int]] = {s: {"launcher": 0, "workers": 0} for s in stages}
+        self.stage_cpu_end: dict[str, float] = {}
+        self._dead_cpu: dict[int, float] = {}
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    def _stage(self) -> str | None:
+        for stage in self.stages:
+            if stage not in self.stage_cpu_end:
+                if (self.out / ".stages" / f"{stage}.json").is_file():
+                    self.stage_cpu_end[stage] = self.tree_cpu()
+                    continue
+                return stage
+        return None
+
+    def tree_cpu(self) -> float:
+        """CPU seconds of the launcher, its reaped children and its live descendants."""
+        try:
+            root = psutil.Process(self.roots[0])
+            times = root.cpu_times()
+            total = times.user + times.system + times.children_user + times.children_system
+            for child in root.children(recursive=True):
+                try:
+                    ct = child.cpu_times()
+                    total += ct.user + ct.system
+                except psutil.Error:
+                    pass
+            return total
+        except psutil.Error:
+            return float("nan")
+
     def _run(self) -> None:
         while not self._stop.is_set():
+            stage = self._stage() if self.out else None
             for root in self.roots:
                 try:
                     procs = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
@@ -55,15 +89,20 @@ class PeakWatcher:
                 for proc in procs:
                     try:
                         rss = proc.memory_info().rss
-                        self.peaks[proc.pid] = max(self.peaks.get(proc.pid, 0), rss)
-                        self.root_of[proc.pid] = root
                     except psutil.Error:
-                        pass
+                        continue
+                    self.peaks[proc.pid] = max(self.peaks.get(proc.pid, 0), rss)
+                    self.root_of[proc.pid] = root
+                    if stage and root == self.roots[0]:
+                        role = "launcher" if proc.pid == root else "workers"
+                        self.stage_peaks[stage][role] = max(self.stage_peaks[stage][role], rss)
             time.sleep(0.2)
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+        if self.out:
+            self._stage()
 
     def root_peak(self, root: int) -> int:
         """The largest single process of a root's tree (the root included)."""
@@ -93,7 +132,8 @@ def build(corpus: Path, out: Path, stages: str, *extra: str, watch: list[int] | 
     ]
     cpu0, t0 = children_cpu(), time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(out.with_suffix(".log"), "w"))
-    watcher = PeakWatcher([proc.pid, *(watch or [])])
+    stages_run = tuple(s for s in ("documents", "vocab", "bert", "gpt") if s in stages)
+    watcher = PeakWatcher([proc.pid, *(watch or [])], out, stages_run)
     proc.wait()
     wall, cpu = time.perf_counter() - t0, children_cpu() - cpu0
     watcher.stop()
@@ -107,7 +147,32 @@ def build(corpus: Path, out: Path, stages: str, *extra: str, watch: list[int] | 
         "workers": watcher.children_peak(proc.pid),
         "others": {pid: watcher.root_peak(pid) for pid in watch or []},
         "stages": manifest["stage_seconds"],
+        "stage_peaks": watcher.stage_peaks,
+        "stage_cpu": _stage_cpu(watcher, stages_run),
     }
+
+
+def _stage_cpu(watcher: PeakWatcher, stages: tuple[str, ...]) -> dict[str, float]:
+    """CPU seconds per stage from the tree's CPU noted as each stage's marker appeared."""
+    out, before = {}, 0.0
+    for stage in stages:
+        end = watcher.stage_cpu_end.get(stage)
+        if end is not None:
+            out[stage], before = end - before, end
+    return out
+
+
+def print_stages(r: dict, nbytes: int) -> None:
+    for stage, seconds in r["stages"].items():
+        if stage == "total":
+            continue
+        cpu = r["stage_cpu"].get(stage, float("nan"))
+        peaks = r["stage_peaks"].get(stage, {"launcher": 0, "workers": 0})
+        print(
+            f"{'  stage ' + stage:34} {'':8} {seconds:7.1f} {cpu:7.1f} {nbytes / 2**20 / cpu:8.2f} "
+            f"{mb(peaks['launcher']):>11} {mb(peaks['workers']):>9}",
+            flush=True,
+        )
 
 
 def corpus_of(size_mb: int, work: Path) -> tuple[Path, int]:
@@ -203,18 +268,18 @@ def main() -> None:
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     print(f"machine: {os.cpu_count()} cores; default mode = multi_processing, one worker per core")
-    print(f"{'run':34} {'input MB':>8} {'wall s':>7} {'CPU s':>7} {'MB/CPU-s':>8} {'launcher MB':>11} {'worker MB':>9}  stages (wall s)")
+    print(f"{'run':34} {'input MB':>8} {'wall s':>7} {'CPU s':>7} {'MB/CPU-s':>8} {'launcher MB':>11} {'worker MB':>9}")
     rows = {}
     for size in args.sizes:
         corpus, nbytes = corpus_of(size, args.work)
         r = build(corpus, args.work / f"out-{size}", FULL)
         rows[size] = r
-        stages = ", ".join(f"{k} {v:.0f}" for k, v in r["stages"].items() if k != "total")
         print(
             f"{'full build, default mode':34} {nbytes / 2**20:8.0f} {r['wall']:7.1f} {r['cpu']:7.1f} {nbytes / 2**20 / r['cpu']:8.2f} "
-            f"{mb(r['launcher']):>11} {mb(r['workers']):>9}  {stages}",
+            f"{mb(r['launcher']):>11} {mb(r['workers']):>9}",
             flush=True,
         )
+        print_stages(r, nbytes)
     small = min(args.sizes)
     corpus, nbytes = corpus_of(small, args.work)
     inproc = build(corpus, args.work / f"out-{small}-inproc", FULL, "--set", 'run.direct_running_mode="in_memory"')
@@ -223,6 +288,7 @@ def main() -> None:
         f"{nbytes / 2**20 / inproc['cpu']:8.2f} {mb(inproc['launcher']):>11} {'-':>9}",
         flush=True,
     )
+    print_stages(inproc, nbytes)
     if args.dask_size:
         corpus, nbytes = corpus_of(args.dask_size, args.work)
         dask = {n: dask_build(corpus, args.work / f"out-dask{n}", n) for n in (2, 1)}

@@ -22,14 +22,13 @@ import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from corpusforge.config import VocabConfig
+from corpusforge.corpora.document_files import iter_rows, text_bytes
 from corpusforge.files import atomic_write_bytes
 from corpusforge.hashing import stable_hash
 
@@ -242,29 +241,15 @@ def sample_documents(docs: Iterable[tuple[str, str]], rate: float, max_bytes: in
             return
 
 
-def _parquet_documents(doc_paths: Sequence[Path]) -> Iterator[tuple[str, str]]:
-    for path in sorted(doc_paths):
-        for batch in pq.ParquetFile(path).iter_batches(columns=["id", "text"], batch_size=1024):
-            yield from zip(batch.column("id").to_pylist(), batch.column("text").to_pylist())
-
-
-def _parquet_text_bytes(doc_paths: Sequence[Path]) -> int:
-    total = 0
-    for path in doc_paths:
-        for batch in pq.ParquetFile(path).iter_batches(columns=["text"], batch_size=4096):
-            total += pc.sum(pc.binary_length(batch.column("text").cast("binary"))).as_py() or 0
-    return total
-
-
 def train_vocab_from_documents(doc_paths: list[Path], out_dir: Path, cfg: VocabConfig) -> dict[str, Path]:
     """Train every vocabulary kind in ``cfg.kinds`` on one deterministic sample of the documents.
 
     Returns kind -> vocabulary directory (``out_dir/wordpiece``, ``out_dir/bpe``).
     """
-    total = _parquet_text_bytes(doc_paths)
+    total = text_bytes(doc_paths)
     rate = min(1.0, cfg.sample_bytes / total) if total else 1.0
 
-    sample = _Reread(lambda: sample_documents(_parquet_documents(doc_paths), rate, cfg.sample_bytes, cfg.sample_seed))
+    sample = _Reread(lambda: sample_documents(iter_rows(doc_paths, ("id", "text")), rate, cfg.sample_bytes, cfg.sample_seed))
     out: dict[str, Path] = {}
     for kind in cfg.kinds:
         if kind == "wordpiece":
