@@ -13,6 +13,7 @@ import unicodedata
 
 import ftfy
 import ftfy.badness
+import ftfy.chardata
 
 from corpusforge.config import CleanConfig
 from corpusforge.corpora.document import Document, Reject
@@ -31,9 +32,10 @@ _MAX_REPAIRS = 8  # nested mojibake layers; real text settles after one or two
 def normalize_text(text: str, fix_unicode: bool = True) -> str:
     """Repair encoding errors, drop control characters, one space inside paragraphs, ``\\n\\n`` between.
 
-    One repair can expose another (``"Â\\n0"`` looks like mojibake only once the line break is a space,
-    ``"Â ÂÂœ"`` has two layers), so repair + layout repeat until the text is stable: normalising
-    normalised text changes nothing.
+    One repair can expose another (``"Â\\n0"`` looks like mojibake only once the line break is a
+    space, ``"Â ÂÂœ"`` has two layers), so repair + layout repeat until the text is stable:
+    normalising normalised text changes nothing. (Layout cannot go first: it drops the C1 controls
+    that mojibake is made of.)
     """
     if not fix_unicode:
         return _layout(text)
@@ -46,8 +48,11 @@ def normalize_text(text: str, fix_unicode: bool = True) -> str:
 
 
 def _may_change_again(text: str) -> bool:
-    """ftfy's other fixes are idempotent; only mojibake and HTML entities can reappear after a pass."""
-    return "&" in text or ftfy.badness.is_bad(text)
+    """ftfy's other fixes are idempotent; only mojibake and HTML entities can reappear after a pass.
+
+    An entity, not any "&": books are full of "&c." and a second pass over a whole book costs as
+    much as the first."""
+    return bool(ftfy.chardata.HTML_ENTITY_RE.search(text)) or ftfy.badness.is_bad(text)
 
 
 def _layout(text: str) -> str:

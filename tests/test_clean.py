@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import ftfy
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -90,3 +91,12 @@ def test_sample_text_is_bounded_and_spread_over_the_text() -> None:
     words = set(text.split())
     assert all(word in words for word in sample.split())  # whole words only, never a cut one
     assert sample_text("short text") == "short text"
+
+
+def test_entities_exposed_by_a_repair_are_repaired_but_ampersands_alone_need_no_second_pass(monkeypatch) -> None:
+    assert normalize_text("Fish &amp;amp; chips") == "Fish & chips"  # the second layer shows only after the first
+    calls = []
+    real = ftfy.fix_text
+    monkeypatch.setattr(ftfy, "fix_text", lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
+    assert normalize_text("Wine, &c.\nand   more") == "Wine, &c. and more"
+    assert len(calls) == 1

@@ -89,11 +89,47 @@ def test_real_books_match_and_mostly_skip_the_normalizer(bert_tokenizer, shared_
     assert fast > 0.9 * sum(map(len, docs))  # the shortcut is what runs on English prose
 
 
-def test_bpe_without_separator_token_matches(shared_data, tmp_path):
+@pytest.fixture(scope="module")
+def gpt2_tokenizer(shared_data, tmp_path_factory) -> Tokenizer:
     vocab = shared_data / "vocab" / "gpt2"
-    tokenizer = Tokenizer.from_file(str(gpt_tokenizer_json(vocab / "vocab.json", vocab / "merges.txt", tmp_path)))
+    tokenizer = Tokenizer.from_file(str(gpt_tokenizer_json(vocab / "vocab.json", vocab / "merges.txt", tmp_path_factory.mktemp("gpt2"))))
+    tokenizer.add_special_tokens(["<|endoftext|>"])  # as the build's BPE vocabularies have it
+    return tokenizer
+
+
+# Byte-level BPE: GPT-2's pre-tokenizer classes (letters, numbers, other, contractions, whitespace runs)
+# and characters where regex engines may disagree (separators Python counts as space, NEL, emoji).
+GPT_ALPHABET = list("aZ09 .,'-!sdtm") + ["'s", "'ll", "  ", "\n", "\t", "\xa0", "\x1c", "\x85", "\u2028", "’", "é", "中", "\u0301", "😀"]
+GPT_ALPHABET += ["<|endoftext|>", "\x00", "٣", "Ⅻ"]
+gpt_documents = st.lists(st.lists(st.lists(st.sampled_from(GPT_ALPHABET), max_size=20).map("".join), max_size=5), min_size=1, max_size=4)
+
+
+@given(gpt_documents)
+@settings(max_examples=300, deadline=None)
+def test_gpt2_random_text_matches_one_encode_per_sentence(gpt2_tokenizer, docs):
+    assert_same(SentenceEncoder(gpt2_tokenizer, np.dtype(np.uint16)), gpt2_tokenizer, docs)
+
+
+def test_gpt2_real_books_match_through_the_word_cache(gpt2_tokenizer, shared_data, monkeypatch):
+    docs = []
+    for name in ("11-0.txt", "41-0.txt", "pg1080.txt"):
+        text = strip_gutenberg((shared_data / "books" / "en" / name).read_text(encoding="utf-8-sig").replace("\r\n", "\n"))
+        docs.append([text[:200_000]])
+    encoder = SentenceEncoder(gpt2_tokenizer, np.dtype(np.uint16))
+    assert all(encoder._pretokenizable(sentences) for sentences in docs)  # the word path is the one taken
+    monkeypatch.setattr(encoder, "_per_sentence", None)  # and nothing falls back to whole-text encoding
+    got = encoder.encode(docs)
+    for (tokens, lengths), sentences in zip(got, docs):
+        want = gpt2_tokenizer.encode(sentences[0], add_special_tokens=False).ids
+        assert tokens.tolist() == want and lengths.tolist() == [len(want)]
+
+
+def test_gpt2_added_token_text_is_encoded_whole(gpt2_tokenizer):
+    encoder = SentenceEncoder(gpt2_tokenizer, np.dtype(np.uint16))
     docs = [["Hello there.", " Über façades [SEP] 中文", ""], [], ["<|endoftext|> and   spaces\n"]]
-    assert_same(SentenceEncoder(tokenizer, np.dtype(np.uint16)), tokenizer, docs)
+    assert not encoder._pretokenizable(docs[2])
+    assert_same(encoder, gpt2_tokenizer, docs)
+    assert encoder.encode([docs[2]])[0][0][0] == gpt2_tokenizer.token_to_id("<|endoftext|>")
 
 
 def test_cased_wordpiece_keeps_case(shared_data, tmp_path):
