@@ -323,8 +323,11 @@ class MinHasher:
         return np.array([self.signature(t) for t in texts], dtype=np.uint32).reshape(-1, self.num_perm)
 
 
+@lru_cache(maxsize=64)
 def lsh_params(threshold: float, num_perm: int, fp_weight: float = 0.5, fn_weight: float = 0.5) -> tuple[int, int]:
-    """(bands, rows) minimising the weighted false positive/negative areas under the S-curve (datasketch's)."""
+    """(bands, rows) minimising the weighted false positive/negative areas under the S-curve (datasketch's).
+
+    Cached: the numerical integration takes most of a second and every worker's setup asks for it."""
     from datasketch.lsh import _optimal_param
 
     return _optimal_param(threshold, num_perm, fp_weight, fn_weight)
