@@ -10,25 +10,30 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 
-def iter_rows(paths: Sequence[Path], columns: Sequence[str]) -> Iterator[tuple]:
-    """The rows of ``paths`` (in sorted order) as tuples of ``columns``."""
+def iter_row_groups(paths: Sequence[Path], columns: Sequence[str]) -> Iterator[pa.Table]:
+    """``columns`` of ``paths`` (in sorted order), one row group at a time."""
     for path in sorted(paths):
         parquet = pq.ParquetFile(path)
         for group in range(parquet.num_row_groups):
-            table = parquet.read_row_group(group, columns=list(columns))
-            yield from zip(*(table.column(name).to_pylist() for name in columns))
+            yield parquet.read_row_group(group, columns=list(columns))
+
+
+def iter_rows(paths: Sequence[Path], columns: Sequence[str]) -> Iterator[tuple]:
+    """The rows of ``paths`` (in sorted order) as tuples of ``columns``."""
+    for table in iter_row_groups(paths, columns):
+        yield from zip(*(table.column(name).to_pylist() for name in columns))
 
 
 def text_bytes(paths: Sequence[Path], column: str = "text") -> int:
     """UTF-8 bytes of a string column over all ``paths``."""
-    total = 0
-    for path in paths:
-        parquet = pq.ParquetFile(path)
-        for group in range(parquet.num_row_groups):
-            texts = parquet.read_row_group(group, columns=[column]).column(column)
-            total += pc.sum(pc.binary_length(texts.cast("large_binary"))).as_py() or 0
-    return total
+    return sum(pc.sum(pc.binary_length(table[column].cast("large_binary"))).as_py() or 0 for table in iter_row_groups(paths, [column]))
+
+
+def word_counts(texts: pa.ChunkedArray) -> pa.Array:
+    """Whitespace-separated words per text (``len(text.split())``), a row group's worth at a time."""
+    return pc.list_value_length(pc.utf8_split_whitespace(texts))

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from corpusforge.build import BuildResult
+from corpusforge.corpora.document_files import iter_row_groups, word_counts
 from corpusforge.pipeline.documents_io import output_files
 from corpusforge.pipeline.summary import collect_stats, stats_to_json
 
@@ -130,10 +131,7 @@ def inspect_documents(console: Console, path: Path, show: str | None = None, as_
 def _word_counts(doc_files: list[Path]) -> np.ndarray:
     return np.concatenate(
         [np.zeros(0, dtype=np.int64)]
-        + [
-            pc.list_value_length(pc.utf8_split_whitespace(pq.read_table(f, columns=["text"])["text"])).to_numpy(zero_copy_only=False)
-            for f in doc_files
-        ]
+        + [word_counts(table["text"]).to_numpy(zero_copy_only=False) for table in iter_row_groups(doc_files, ["text"])]
     )
 
 

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from corpusforge import __version__
+from corpusforge.corpora.document_files import iter_row_groups, iter_rows, word_counts
 from corpusforge.files import atomic_write_bytes
 from corpusforge.pipeline.documents_io import output_files
 from corpusforge.shards.inspect import summarize
@@ -116,9 +117,8 @@ def _rejects(manifest: dict) -> str:
 
 def _lengths(doc_files: list[Path]) -> str:
     words: dict[str, list[np.ndarray]] = {}
-    for path in doc_files:
-        table = pq.read_table(path, columns=["source", "text"])
-        counts = pc.list_value_length(pc.utf8_split_whitespace(table["text"])).to_numpy(zero_copy_only=False)
+    for table in iter_row_groups(doc_files, ["source", "text"]):
+        counts = word_counts(table["text"]).to_numpy(zero_copy_only=False)
         sources = table["source"].to_numpy(zero_copy_only=False)
         for source in np.unique(sources):
             words.setdefault(str(source), []).append(counts[sources == source])
@@ -205,13 +205,11 @@ def _fertility(tokenizer: Any, out_dir: Path) -> float:
 
 
 def _text_sample(doc_files: list[Path], budget: int) -> Iterable[str]:
-    for path in doc_files:
-        for batch in pq.ParquetFile(path).iter_batches(columns=["text"], batch_size=256):
-            for text in batch.column(0).to_pylist():
-                yield text[:budget]
-                budget -= len(text)
-                if budget <= 0:
-                    return
+    for (text,) in iter_rows(doc_files, ["text"]):
+        yield text[:budget]
+        budget -= len(text)
+        if budget <= 0:
+            return
 
 
 def _shards(directory: Path, task: str) -> str:
