@@ -13,14 +13,16 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import multiprocessing
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import apache_beam as beam
 
@@ -60,6 +62,7 @@ from corpusforge.stages import (
     write_marker,
 )
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 RUN_FILES = ("manifest.json", "report.html")  # the run's own summary files: removed first, written last
 VOCAB_SHORTFALL = 0.1  # a vocabulary under this share of the requested size is a warning
@@ -166,11 +169,18 @@ def reuse_documents(marker: Marker, result: BuildResult) -> None:
     result.artifacts["counters"] = marker.data["counters"]
 
 
+def in_fresh_process(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a spawned process: the trainers' memory goes back to the system when it exits,
+    and the launcher's heap (Beam's runner state from the documents job) is not added to theirs."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
 def run_vocab(cfg: Config, result: BuildResult, plan: Plan, made: dict[str, Any]) -> Marker:
     from corpusforge.examples.vocab import train_vocab_from_documents, vocab_sha256
 
     out = plan.out
-    dirs = train_vocab_from_documents(output_files(out / "documents"), out / "vocab", cfg.vocab)
+    dirs = in_fresh_process(train_vocab_from_documents, output_files(out / "documents"), out / "vocab", cfg.vocab)
     result.artifacts["vocab"] = dirs
     outputs = describe_outputs(out, [path for directory in dirs.values() for path in files_under(directory)])
     digests = {kind: vocab_sha256(directory) for kind, directory in dirs.items()}

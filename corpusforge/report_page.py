@@ -238,7 +238,9 @@ def _shards(directory: Path, task: str) -> str:
     histogram = summary["length_histogram"]
     figure, (axes,) = _figure(1, width=7)
     axes.stairs(histogram["counts"], histogram["edges"], fill=True, color="#6a5acd")
-    axes.set(yscale="log", title=f"{task.upper()} example lengths", xlabel="real tokens per example", ylabel="examples (log)")
+    axes.set(title=f"{task.upper()} example lengths", xlabel="real tokens per example", ylabel="examples (log)")
+    if any(histogram["counts"]):  # no example, no log axis
+        axes.set_yscale("log")
     return _section(f"{task.upper()} shards", f"<div class=row>{_table(['figure', 'value'], [list(r) for r in rows])}{_img(figure)}</div>")
 
 
