@@ -305,9 +305,12 @@ def write_spilled_shards(
     """Cut the spilled examples in ``directory`` into balanced shards, one job per shard, then write the manifest last.
 
     Jobs run in ``workers`` spawned processes (default: one per shard up to the CPU count; spawned,
-    never forked: the launcher runs Beam's and gRPC's threads), or here when ``workers`` is 1.
-    A job's error is raised here, with the worker's message; the manifest is then not written.
+    never forked: the launcher runs Beam's and gRPC's threads), or here when that is 1 (a process
+    start costs more than it saves then). A job's error is raised here, with the worker's message;
+    the manifest is then not written.
     """
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers must be at least 1, not {workers}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     clear_outputs(out_dir)
