@@ -10,10 +10,11 @@ GPT: documents -> token ids (spilled likewise) -> hash bucket -> GroupByKey -> w
 Both then shuffle globally (``shards.writer``): every example gets a 64-bit key from
 ``(seed, doc id, dupe, example index)`` (GPT: ``(seed, bucket, window index)``), the step that makes
 examples writes them straight to spill files, one per (range bucket, producer), and only counters
-travel on through Beam; the launching process sorts one range bucket at a time, cuts the global
-order into balanced shards and writes the manifest. Nothing corpus-sized passes through the runner,
-which the in-memory DirectRunner would buffer whole, so peak memory is set by the partner bucket,
-sort bucket and shard sizes (``BertConfig``, ``ShardsConfig``), not by the corpus.
+travel on through Beam; the launching process then plans the cut of the global order into balanced
+shards and spawned worker processes write one shard each (sorting the range buckets it takes) before
+the launcher writes the manifest. Nothing corpus-sized passes through the runner, which the
+in-memory DirectRunner would buffer whole, nor through the launcher, so peak memory is set by the
+partner bucket, sort bucket and shard sizes (``BertConfig``, ``ShardsConfig``), not by the corpus.
 
 Elements are whole documents and buckets, never single examples, so Beam overhead stays small. All randomness is keyed by stable ids, so DirectRunner (any mode, any worker count)
 and DaskRunner write byte-identical shards. Workers must share the filesystem of ``out_dir``.
@@ -43,7 +44,7 @@ from corpusforge.examples.sentence_tokens import SentenceEncoder
 from corpusforge.examples.vocab import EOT, load_tokenizer, vocab_manifest
 from corpusforge.hashing import mix64, stable_hash
 from corpusforge.shards.format import FORMAT_VERSION, MANIFEST_NAME, bert_schema, gpt_schema, id_type
-from corpusforge.shards.writer import iter_sorted_buckets, row_bytes, spill_pieces, spilled_rows, write_ipc, write_shards
+from corpusforge.shards.writer import row_bytes, spill_pieces, spilled_rows, write_ipc, write_spilled_shards
 
 # Multi-output steps emit (kind, value) pairs split by ``_only``: the DaskRunner mixes tagged outputs
 # and drops what ``finish_bundle`` emits, so neither is used here.
@@ -249,7 +250,7 @@ def _run(
     manifest: dict,
     shards: ShardsConfig,
 ) -> dict:
-    """Run the Beam graph spilling examples into a temporary folder, then sort and cut the shards here."""
+    """Run the Beam graph spilling examples into a temporary folder, then cut the shards in worker processes."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MANIFEST_NAME).unlink(missing_ok=True)  # first: the folder is visibly incomplete until the new one is written
@@ -265,9 +266,8 @@ def _run(
         if examples != announced:
             raise RuntimeError(f"spill files hold {examples} examples, the example stage made {announced}")
         manifest["totals"] = counters
-        return write_shards(
-            iter_sorted_buckets(temp / EXAMPLES_DIR),
-            examples,
+        return write_spilled_shards(
+            temp / EXAMPLES_DIR,
             schema,
             out_dir,
             manifest,

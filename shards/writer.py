@@ -4,11 +4,14 @@ The global shuffle scales by range partitioning with spill files, as external sh
 example carries a random 64-bit key, bucket ``b = key * B >> 64`` holds an ordered range of the
 global order, and whoever makes examples writes each bucket's share straight to disk
 (``spill_pieces``, run inside Beam workers) instead of sending it through the runner's shuffle,
-which the in-memory runner would hold in memory several times over. A final pass in the launching
-process (``iter_sorted_buckets`` into ``write_shards``) sorts one bucket at a time from memory maps
-and cuts the global order into S shards whose example counts differ by at most one. Memory is
-bounded by one bucket plus one shard (each shard is one record batch, so readers get contiguous
-columns) plus one spill file, whatever the corpus size.
+which the in-memory runner would hold in memory several times over. ``write_spilled_shards`` then
+cuts the global order into S shards whose example counts differ by at most one: the launching
+process only plans the cut from the spill files' headers (``plan_cut``: which rows of which sorted
+buckets each shard takes) and hands one job per shard to a pool of spawned worker processes
+(``write_shard``). A job sorts the keys of each bucket it needs and copies its rows straight into
+the shard's columns (each shard is one record batch, so readers get contiguous columns), so a
+worker holds one shard plus one bucket's keys plus one spill file, whatever the corpus size, and
+the launcher holds only the plan.
 
 Every file is written under a temporary name and renamed into place; the manifest is removed
 before and written after all shards, so a directory without ``manifest.json`` is never complete.
@@ -18,7 +21,10 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -94,29 +100,66 @@ def _spill_buckets(directory: Path) -> Iterator[list[Path]]:
 
 
 def iter_sorted_buckets(directory: Path) -> Iterator[pa.RecordBatch]:
-    """The global order: one record batch per bucket, sorted by key, without the key column.
-
-    Each spill file is memory-mapped in turn and its rows scattered straight to their sorted
-    places, so a bucket costs one copy of itself plus one spill file.
-    """
+    """The global order: one record batch per bucket, sorted by key, without the key column."""
     for paths in _spill_buckets(directory):
-        keys = np.concatenate([_open_spill(path).column(KEY).to_numpy() for path in paths])
-        destination = np.empty(len(keys), dtype=np.int64)
-        destination[np.argsort(keys, kind="stable")] = np.arange(len(keys))
         schema = _open_spill(paths[0]).schema.remove(0)
-        columns = {field.name: np.empty((len(keys), *_row_shape(field.type)), dtype=numpy_dtype(field.type)) for field in schema}
-        start = 0
-        for path in paths:
-            batch = _open_spill(path)
-            rows = destination[start : start + batch.num_rows]
-            for name, column in columns.items():
-                column[rows] = _column_view(batch.column(name))
-            start += batch.num_rows
+        rows = sum(_spill_rows(path) for path in paths)
+        columns = _empty_columns(schema, rows)
+        _copy_sorted(paths, 0, rows, schema, columns, 0)
         yield record_batch(schema, columns)
 
 
-def _open_spill(path: Path) -> pa.RecordBatch:
-    return pa.ipc.open_stream(pa.memory_map(str(path), "r")).read_next_batch()
+def _copy_sorted(paths: Sequence[Path], first: int, rows: int, schema: pa.Schema, columns: dict[str, np.ndarray], at: int) -> None:
+    """Copy rows ``first .. first + rows`` of the bucket's key order (ties: file order) into ``columns[at:]``.
+
+    Only the keys are sorted; each spill file is then memory-mapped in turn and its rows in the
+    range scattered straight to their places, so a bucket costs its keys plus one spill file.
+    """
+    keys = np.concatenate([_open_spill(path, schema).column(KEY).to_numpy() for path in paths])
+    if len(keys) < first + rows:
+        raise ValueError(f"{paths[0].parent}: {len(keys)} examples in the spill files, the cut needs {first + rows}")
+    destination = np.empty(len(keys), dtype=np.int64)
+    destination[np.argsort(keys, kind="stable")] = np.arange(len(keys)) - first
+    start = 0
+    for path in paths:
+        batch = _open_spill(path, schema)
+        places = destination[start : start + batch.num_rows]
+        taken = np.flatnonzero((places >= 0) & (places < rows))
+        for name, column in columns.items():
+            column[at + places[taken]] = _column_view(batch.column(name))[taken]
+        start += batch.num_rows
+
+
+def _open_spill(path: Path, schema: pa.Schema | None = None) -> pa.RecordBatch:
+    """A spill file's one record batch; with ``schema``, checked to hold the key plus exactly its columns."""
+    batches = _read_spill(path)
+    if len(batches) != 1:
+        raise ValueError(f"{path}: {len(batches)} record batches in a spill file, expected one")
+    if schema is not None and not batches[0].schema.equals(keyed_schema(schema)):
+        raise ValueError(
+            f"{path}: spill file columns ({_columns(batches[0].schema)}) differ from the key plus the shard's ({_columns(schema)})"
+        )
+    return batches[0]
+
+
+def _read_spill(path: Path) -> list[pa.RecordBatch]:
+    """A spill file's record batches, memory-mapped (only their headers are read), or a one-line error."""
+    try:
+        return list(pa.ipc.open_stream(pa.memory_map(str(path), "r")))
+    except (OSError, pa.ArrowException) as error:
+        raise ValueError(f"{path}: unreadable spill file ({error})") from error
+
+
+def _columns(schema: pa.Schema) -> str:
+    return ", ".join(f"{field.name}: {field.type}" for field in schema)
+
+
+def _spill_rows(path: Path) -> int:
+    return sum(batch.num_rows for batch in _read_spill(path))
+
+
+def _empty_columns(schema: pa.Schema, rows: int) -> dict[str, np.ndarray]:
+    return {field.name: np.empty((rows, *_row_shape(field.type)), dtype=numpy_dtype(field.type)) for field in schema}
 
 
 def _row_shape(kind: pa.DataType) -> tuple[int, ...]:
@@ -132,12 +175,7 @@ def _column_view(array: pa.Array) -> np.ndarray:
 
 def spilled_rows(directory: Path) -> int:
     """Examples in all spill files, from the batch headers (memory-mapped: the columns are not read)."""
-    return sum(
-        batch.num_rows
-        for paths in _spill_buckets(directory)
-        for path in paths
-        for batch in pa.ipc.open_stream(pa.memory_map(str(path), "r"))
-    )
+    return sum(_spill_rows(path) for paths in _spill_buckets(directory) for path in paths)
 
 
 def row_bytes(schema: pa.Schema) -> int:
@@ -177,7 +215,7 @@ def write_shards(
     max_examples: int | None = None,
     compression: str = "none",
 ) -> dict:
-    """Cut the globally ordered ``batches`` into balanced shards, then write the manifest last.
+    """Cut the globally ordered ``batches`` into balanced shards here, in order, then write the manifest last.
 
     ``manifest`` holds everything but "shards" and the example/token totals, which are filled here.
     """
@@ -193,19 +231,136 @@ def write_shards(
             table = pa.Table.from_batches([next(pending)]) if size else schema.empty_table()
             path = out_dir / SHARD_PATTERN.format(index=index, count=len(sizes))
             write_ipc(path, table, codec)
-            entries.append(
-                {
-                    "file": path.name,
-                    "examples": table.num_rows,
-                    "tokens": int(np.sum(table.column("length").to_numpy(), dtype=np.int64)),
-                    "bytes": path.stat().st_size,
-                    "sha256": sha256_file(path),
-                }
-            )
+            entries.append(_shard_entry(path, table))
             progress.update(table.num_rows)
             del table  # before the next shard is filled: one shard in memory at a time
     if next(pending, None) is not None:
         raise ValueError(f"more than the announced {num_examples} examples")
+    return _write_manifest(out_dir, manifest, entries)
+
+
+Piece = tuple[int, int, int]  # (bucket, first row within the bucket's sorted order, rows)
+
+
+@dataclass(frozen=True)
+class CutPlan:
+    """How the global order is cut: ``pieces[s]`` are the rows of shard ``s``, in order, ``buckets[b]`` the spill files of bucket ``b``."""
+
+    buckets: list[list[Path]]
+    sizes: list[int]
+    pieces: list[list[Piece]]
+
+
+def plan_cut(directory: Path, schema: pa.Schema, target_bytes: int, max_examples: int | None = None) -> CutPlan:
+    """The shards of the spilled examples in ``directory`` and the bucket rows each takes, from the spill headers alone.
+
+    A shard may straddle buckets and a bucket may feed several shards (each job then sorts it).
+    """
+    buckets = list(_spill_buckets(directory))
+    rows = [sum(_spill_rows(path) for path in paths) for paths in buckets]
+    sizes = plan_shard_sizes(sum(rows), row_bytes(schema), target_bytes, max_examples)
+    pieces: list[list[Piece]] = []
+    bucket = first = 0
+    for size in sizes:
+        shard: list[Piece] = []
+        while size:
+            if first == rows[bucket]:
+                bucket, first = bucket + 1, 0
+                continue
+            take = min(size, rows[bucket] - first)
+            shard.append((bucket, first, take))
+            first, size = first + take, size - take
+        pieces.append(shard)
+    return CutPlan(buckets, sizes, pieces)
+
+
+def write_shard(path: Path, pieces: Sequence[tuple[Sequence[Path], int, int]], schema: pa.Schema, compression: str | None) -> dict:
+    """One shard from (spill files of a bucket, first row in its sorted order, rows) pieces; returns its manifest entry.
+
+    Run in a worker process. The columns are allocated once and filled by copies, never slices of
+    a spill batch: the IPC writer records a slice's buffer lengths padded (see ``_fill_shards``).
+    """
+    size = sum(rows for _, _, rows in pieces)
+    columns = _empty_columns(schema, size)
+    at = 0
+    for paths, first, rows in pieces:
+        _copy_sorted(paths, first, rows, schema, columns, at)
+        at += rows
+    table = pa.Table.from_batches([record_batch(schema, columns)]) if size else schema.empty_table()
+    write_ipc(path, table, compression)
+    return _shard_entry(path, table)
+
+
+def write_spilled_shards(
+    directory: Path,
+    schema: pa.Schema,
+    out_dir: Path,
+    manifest: dict,
+    *,
+    target_bytes: int,
+    max_examples: int | None = None,
+    compression: str = "none",
+    workers: int | None = None,
+) -> dict:
+    """Cut the spilled examples in ``directory`` into balanced shards, one job per shard, then write the manifest last.
+
+    Jobs run in ``workers`` spawned processes (default: one per shard up to the CPU count; spawned,
+    never forked: the launcher runs Beam's and gRPC's threads), or here when that is 1 (a process
+    start costs more than it saves then). A job's error is raised here, with the worker's message;
+    the manifest is then not written.
+    """
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers must be at least 1, not {workers}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    clear_outputs(out_dir)
+    plan = plan_cut(directory, schema, target_bytes, max_examples)
+    codec = None if compression == "none" else compression
+    jobs = [
+        (
+            out_dir / SHARD_PATTERN.format(index=index, count=len(plan.sizes)),
+            [(plan.buckets[bucket], first, rows) for bucket, first, rows in shard],
+            schema,
+            codec,
+        )
+        for index, shard in enumerate(plan.pieces)
+    ]
+    with tqdm(total=sum(plan.sizes), unit="ex", desc="shards", disable=None) as progress:
+        entries = _run_jobs(jobs, min(len(jobs), workers or os.cpu_count() or 1), progress)
+    return _write_manifest(out_dir, manifest, entries)
+
+
+def _run_jobs(jobs: list[tuple], workers: int, progress: tqdm) -> list[dict]:
+    """``write_shard`` of every job, entries in job order; on the first error, pending jobs are cancelled."""
+    if workers == 1:
+        entries = []
+        for job in jobs:
+            entries.append(write_shard(*job))
+            progress.update(entries[-1]["examples"])
+        return entries
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(write_shard, *job) for job in jobs]
+        try:
+            for future in as_completed(futures):
+                progress.update(future.result()["examples"])
+        except BaseException:
+            pool.shutdown(cancel_futures=True)
+            raise
+        return [future.result() for future in futures]
+
+
+def _shard_entry(path: Path, table: pa.Table) -> dict:
+    return {
+        "file": path.name,
+        "examples": table.num_rows,
+        "tokens": int(np.sum(table.column("length").to_numpy(), dtype=np.int64)),
+        "bytes": path.stat().st_size,
+        "sha256": sha256_file(path),
+    }
+
+
+def _write_manifest(out_dir: Path, manifest: dict, entries: list[dict]) -> dict:
+    """``manifest`` with the shard entries and totals, written atomically: the last file of a run."""
     manifest = dict(manifest, shards=entries)
     if "vocab" in manifest:  # relative to the shard folder, so a directory moved together with its vocabulary still verifies
         manifest["vocab"] = dict(manifest["vocab"], path=os.path.relpath(Path(manifest["vocab"]["path"]).resolve(), out_dir.resolve()))
@@ -229,7 +384,7 @@ def _fill_shards(batches: Iterable[pa.RecordBatch], sizes: Sequence[int], schema
     for size in sizes:
         if size == 0:
             continue
-        columns = {field.name: np.empty((size, *_row_shape(field.type)), dtype=numpy_dtype(field.type)) for field in schema}
+        columns = _empty_columns(schema, size)
         filled = 0
         while filled < size:
             if current is None or current.num_rows == 0:
