@@ -102,7 +102,7 @@ def measure(spill_dir: Path, out_dir: Path, mode: str) -> dict:
     sampler.join()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    shards = sorted(p.name for p in out_dir.glob("shard-*"))
+    shards = sorted(p.name for p in out_dir.glob("train-*"))
     digest = subprocess.run(["sha256sum", *shards], cwd=out_dir, capture_output=True, text=True, check=True).stdout
     manifest = (out_dir / "manifest.json").read_bytes()
     shutil.rmtree(out_dir)

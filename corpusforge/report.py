@@ -89,7 +89,7 @@ def _locate(path: Path) -> tuple[list[Path], list[Path]]:
         return ([], [path]) if _is_rejects(path) else ([path], [])
     if (path / "documents").is_dir():
         return output_files(path / "documents"), output_files(path / "rejects")
-    if (path / "manifest.json").is_file() and any(path.glob("shard-*.arrow")):
+    if (path / "manifest.json").is_file() and any(path.glob("train-*.arrow")):
         raise ValueError(f"{path} is a shard directory: use `corpusforge shards inspect {path}`")
     if path.is_dir():
         files = output_files(path)

@@ -19,7 +19,7 @@ from corpusforge.shards.verify import verify
 
 app = typer.Typer(help="Inspect and verify Arrow shard directories.", no_args_is_help=True, rich_markup_mode=None)
 VOCAB_HELP = "vocabulary directory or tokenizer.json, when the shards were moved without the one their manifest names"
-LOAD_HINT = 'load with datasets: load_dataset("arrow", data_files="{glob}", split="train")'
+LOAD_HINT = 'load with datasets: load_dataset("arrow", data_dir="{directory}", split="train")'
 
 
 def not_shards_hint(directory: Path) -> str | None:
@@ -60,7 +60,7 @@ def inspect_command(
             typer.echo(json.dumps(summary, indent=2))
         else:
             render_summary(summary, console)
-            console.print(LOAD_HINT.format(glob=directory / "*.arrow"))
+            console.print(LOAD_HINT.format(directory=directory))
             if plot is not None:
                 console.print(f"histogram written to {plot}")
         for line in example:

@@ -27,7 +27,9 @@ import pyarrow as pa
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
-SHARD_PATTERN = "shard-{index:05d}-of-{count:05d}.arrow"
+# HF datasets' split naming, so ``load_dataset("arrow", data_dir=SHARDS)`` reads the shards and not manifest.json
+SHARD_PATTERN = "train-{index:05d}-of-{count:05d}.arrow"
+OLD_SHARD_GLOB = "shard-*-of-*.arrow*"  # what earlier builds named them: cleared like our own
 
 
 def numpy_dtype(kind: pa.DataType) -> np.dtype:

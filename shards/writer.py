@@ -33,7 +33,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from corpusforge.files import atomic_path, atomic_write_bytes, sha256_file
-from corpusforge.shards.format import MANIFEST_NAME, SHARD_PATTERN, numpy_dtype
+from corpusforge.shards.format import MANIFEST_NAME, OLD_SHARD_GLOB, SHARD_PATTERN, numpy_dtype
 
 KEY = "key"
 
@@ -200,7 +200,7 @@ def plan_shard_sizes(num_examples: int, bytes_per_example: int, target_bytes: in
 def clear_outputs(out_dir: Path) -> None:
     """Remove a previous run's manifest (first: the directory is then visibly incomplete) and shards."""
     (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
-    for stale in out_dir.glob("shard-*-of-*.arrow*"):
+    for stale in [*out_dir.glob("train-*-of-*.arrow*"), *out_dir.glob(OLD_SHARD_GLOB)]:
         stale.unlink()
 
 

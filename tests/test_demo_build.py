@@ -107,8 +107,8 @@ def test_a_second_build_writes_the_same_bytes(demo, tmp_path):
     cli_build(again)
     made = sorted(path.relative_to(out) for path in data_files(out))
     assert [str(p) for p in made if p.suffix == ".arrow"] == [
-        "shards/bert/shard-00000-of-00001.arrow",
-        "shards/gpt/shard-00000-of-00001.arrow",
+        "shards/bert/train-00000-of-00001.arrow",
+        "shards/gpt/train-00000-of-00001.arrow",
     ]
     assert made == sorted(path.relative_to(again) for path in data_files(again))
     assert [p for p in made if sha256(out / p) != sha256(again / p)] == []

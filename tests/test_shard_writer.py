@@ -85,7 +85,7 @@ def test_write_shards_balances_checksums_and_reads_back(tmp_path):
     manifest = write_shards(batches(1003, 100), 1003, SCHEMA, tmp_path, BASE_MANIFEST, target_bytes=10**9, max_examples=250)
     counts = [s["examples"] for s in manifest["shards"]]
     assert counts == [201, 201, 201, 200, 200]
-    assert [s["file"] for s in manifest["shards"]][0] == "shard-00000-of-00005.arrow"
+    assert [s["file"] for s in manifest["shards"]][0] == "train-00000-of-00005.arrow"
     read = read_manifest(tmp_path)
     seen = []
     for entry in read.shards:
@@ -135,7 +135,7 @@ def test_interrupted_write_leaves_no_manifest_and_no_temporary_files(tmp_path):
         write_shards(failing(), 300, SCHEMA, tmp_path, BASE_MANIFEST, target_bytes=10**9, max_examples=100)
     assert not (tmp_path / MANIFEST_NAME).exists()  # the earlier run's manifest is gone too
     assert not list(tmp_path.glob("*.tmp-*"))
-    assert [p.name for p in tmp_path.glob("*.arrow")] == ["shard-00000-of-00003.arrow"]  # whole, but unlisted
+    assert [p.name for p in tmp_path.glob("*.arrow")] == ["train-00000-of-00003.arrow"]  # whole, but unlisted
 
 
 def test_announced_count_must_match(tmp_path):

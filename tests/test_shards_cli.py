@@ -141,7 +141,7 @@ def test_verify_accepts_a_sound_directory(bert_dir):
 
 
 def test_verify_reports_a_corrupted_shard(scratch):
-    shard = scratch / "shard-00001-of-00002.arrow"
+    shard = scratch / "train-00001-of-00002.arrow"
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
@@ -156,12 +156,12 @@ def test_verify_reports_a_manifest_checksum_that_is_not_the_files(scratch):
     (scratch / "manifest.json").write_text(json.dumps(manifest))
     result = runner.invoke(app, ["verify", str(scratch)])
     assert result.exit_code == 1
-    assert f"{scratch / 'shard-00000-of-00002.arrow'}: sha256 mismatch (manifest 000000000000" in result.output
+    assert f"{scratch / 'train-00000-of-00002.arrow'}: sha256 mismatch (manifest 000000000000" in result.output
 
 
 def test_verify_reports_missing_stray_and_miscounted_files(scratch):
-    (scratch / "shard-00000-of-00002.arrow").unlink()
-    (scratch / "shard-00002-of-00002.arrow.tmp-0a1b").write_bytes(b"half written")
+    (scratch / "train-00000-of-00002.arrow").unlink()
+    (scratch / "train-00002-of-00002.arrow.tmp-0a1b").write_bytes(b"half written")
     manifest = json.loads((scratch / "manifest.json").read_text())
     manifest["shards"][1]["tokens"] += 1
     manifest["totals"]["examples"] = 11
@@ -169,9 +169,9 @@ def test_verify_reports_missing_stray_and_miscounted_files(scratch):
     result = runner.invoke(app, ["verify", str(scratch)])
     assert result.exit_code == 1
     lines = result.output.splitlines()
-    assert any("shard-00000-of-00002.arrow: shard file missing" in line for line in lines)
+    assert any("train-00000-of-00002.arrow: shard file missing" in line for line in lines)
     assert any(".tmp-0a1b: not in the manifest" in line for line in lines)
-    assert any("shard-00001-of-00002.arrow: 32 tokens, manifest says 33" in line for line in lines)
+    assert any("train-00001-of-00002.arrow: 32 tokens, manifest says 33" in line for line in lines)
     assert any("totals.examples is 11, shards add up to 10" in line for line in lines)
 
 
@@ -254,12 +254,14 @@ def test_inspect_show_fails_before_printing_figures(bert_dir):
 
 
 def test_datasets_loads_the_shards_with_the_printed_command(bert_dir, tmp_path):
-    """``load_dataset("arrow", data_dir=...)`` would read manifest.json as Arrow; the data_files glob inspect prints works."""
+    """Shards are named as HF datasets' splits, so ``load_dataset("arrow", data_dir=...)`` (what inspect prints)
+    reads them and not manifest.json beside them."""
     import datasets
 
     output = runner.invoke(app, ["inspect", str(bert_dir)]).output
-    glob = re.search(r'load_dataset\("arrow", data_files="([^"]+)", split="train"\)', output)[1]
-    loaded = datasets.load_dataset("arrow", data_files=glob, split="train", cache_dir=str(tmp_path / "cache"))
+    directory = re.search(r'load_dataset\("arrow", data_dir="([^"]+)", split="train"\)', output)[1]
+    assert (Path(directory) / "manifest.json").is_file()
+    loaded = datasets.load_dataset("arrow", data_dir=directory, split="train", cache_dir=str(tmp_path / "cache"))
     assert loaded.num_rows == 10 and loaded.column_names[0] == "input_ids"
     stream = ShardStream(bert_dir, 10, world_size=1, seed=0, shuffle=False)
     assert sorted(map(tuple, loaded["input_ids"])) == sorted(map(tuple, next(iter(stream))["input_ids"].tolist()))
