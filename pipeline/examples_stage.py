@@ -28,8 +28,10 @@ import shutil
 import tempfile
 import uuid
 from collections import Counter, defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -43,7 +45,7 @@ from corpusforge.examples.gpt_examples import cut_windows
 from corpusforge.examples.sentence_tokens import SentenceEncoder
 from corpusforge.examples.vocab import EOT, load_tokenizer, vocab_manifest
 from corpusforge.hashing import mix64, stable_hash
-from corpusforge.shards.format import FORMAT_VERSION, MANIFEST_NAME, bert_schema, gpt_schema, id_type
+from corpusforge.shards.format import MANIFEST_NAME, bert_schema, gpt_schema, id_type, shard_manifest
 from corpusforge.shards.writer import row_bytes, spill_pieces, spilled_rows, write_ipc, write_spilled_shards
 
 # Multi-output steps emit (kind, value) pairs split by ``_only``: the DaskRunner mixes tagged outputs
@@ -223,70 +225,150 @@ def _only(element: tuple[str, object], kind: str) -> Iterator[object]:
         yield element[1]
 
 
-def _tokenize(batches: beam.PCollection, vocab_dir: Path, temp: Path) -> tuple[beam.PCollection, beam.PCollection]:
-    tokenized = batches | "Tokenize" >> beam.ParDo(TokenizeBatch(vocab_dir, temp / DOCS_DIR))
-    return tokenized | "TokenizedDocs" >> beam.FlatMap(_only, DOC), tokenized | "TokenizeCounters" >> beam.FlatMap(_only, COUNTERS)
+class Tokenize(beam.PTransform):
+    """Batches of (doc id, sentences) -> (DocRefs, counters); the token ids go to ``temp/docs``."""
+
+    def __init__(self, vocab_dir: Path, temp: Path) -> None:
+        super().__init__()
+        self.vocab_dir, self.temp = vocab_dir, temp
+
+    def expand(self, batches: beam.PCollection) -> tuple[beam.PCollection, beam.PCollection]:
+        tokenized = batches | "Tokenize" >> beam.ParDo(TokenizeBatch(self.vocab_dir, self.temp / DOCS_DIR))
+        return tokenized | "Docs" >> beam.FlatMap(_only, DOC), tokenized | "Counters" >> beam.FlatMap(_only, COUNTERS)
 
 
-def _finish_graph(example_counters: beam.PCollection, tokenize_counters: beam.PCollection, temp: Path) -> None:
-    """All counters merged into one file: the graph's single sink, reached only once every example is spilled.
+class WriteCounters(beam.PTransform):
+    """All counters merged into ``temp/counters.json``: the graph's single sink, reached only once every
+    example is spilled (one sink because the DaskRunner computes only the last step of a graph)."""
 
-    One sink because the DaskRunner computes only the last step of a graph (and what it depends on).
-    """
-    _ = (
-        [tokenize_counters, example_counters]
-        | "AllCounters" >> beam.Flatten()
-        | "OneKey" >> beam.Map(_one_key)
-        | "Gather" >> beam.GroupByKey()
-        | "WriteCounters" >> beam.Map(_write_counters, str(temp / "counters.json"))
-    )
+    def __init__(self, temp: Path) -> None:
+        super().__init__()
+        self.temp = temp
 
-
-def _run(
-    pipeline_options: PipelineOptions,
-    graph: Callable[[beam.Pipeline, Path], None],
-    out_dir: Path,
-    schema: pa.Schema,
-    manifest: dict,
-    shards: ShardsConfig,
-) -> dict:
-    """Run the Beam graph spilling examples into a temporary folder, then cut the shards in worker processes."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / MANIFEST_NAME).unlink(missing_ok=True)  # first: the folder is visibly incomplete until the new one is written
-    temp = out_dir / f".sort-{uuid.uuid4().hex}"
-    temp.mkdir()
-    try:
-        with beam.Pipeline(options=pipeline_options) as p:
-            graph(p, temp)
-        counts_file = temp / "counters.json"  # absent only when no batch came in (an empty corpus)
-        counters = json.loads(counts_file.read_text(encoding="utf-8")) if counts_file.is_file() else {}
-        examples = spilled_rows(temp / EXAMPLES_DIR)
-        announced = counters.get("examples", counters.get("full_windows", 0) + counters.get("tail_windows", 0))
-        if examples != announced:
-            raise RuntimeError(f"spill files hold {examples} examples, the example stage made {announced}")
-        manifest["totals"] = counters
-        return write_spilled_shards(
-            temp / EXAMPLES_DIR,
-            schema,
-            out_dir,
-            manifest,
-            target_bytes=shards.target_bytes,
-            max_examples=shards.max_examples,
-            compression=shards.compression,
+    def expand(self, counters: tuple[beam.PCollection, ...]) -> beam.PCollection:
+        return (
+            counters
+            | "AllCounters" >> beam.Flatten()
+            | "OneKey" >> beam.Map(_one_key)
+            | "Gather" >> beam.GroupByKey()
+            | "WriteCounters" >> beam.Map(_write_counters, str(self.temp / "counters.json"))
         )
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
 
 
-def _read_parquet(p: beam.Pipeline, paths: Sequence[Path], columns: tuple[str, str], label: str) -> beam.PCollection:
+class ReadBatches(beam.PTransform):
     """Batches of (column 0, column 1) rows holding about ``TOKENIZE_BATCH_CHARS`` of text, one task per row group.
 
     Row groups through Create + FlatMap rather than ``ReadFromParquet``: the DaskRunner cannot
     translate Beam's ``Read`` primitive. Batches make one tokenizer call cover many documents.
     """
-    parts = [(str(path), group) for path in sorted(paths) for group in range(pq.ParquetFile(path).num_row_groups)]
-    return p | f"{label}Parts" >> beam.Create(parts) | f"{label}Rows" >> beam.FlatMap(_read_row_group, columns)
+
+    def __init__(self, paths: Sequence[Path], columns: tuple[str, str], split_sentences: bool = False) -> None:
+        super().__init__()
+        self.paths, self.columns, self.split_sentences = paths, columns, split_sentences
+
+    def expand(self, begin: beam.pvalue.PBegin) -> beam.PCollection:
+        parts = [(str(path), group) for path in sorted(self.paths) for group in range(pq.ParquetFile(path).num_row_groups)]
+        batches = begin | "Parts" >> beam.Create(parts) | "Rows" >> beam.FlatMap(_read_row_group, self.columns)
+        return batches | "Sentences" >> beam.Map(_split_into_sentences) if self.split_sentences else batches
+
+
+class BertExamples(beam.PTransform):
+    """Batches of (doc id, sentences) -> the counters file; examples spilled by partner bucket into ``temp/examples``."""
+
+    def __init__(self, job: Job, bert: BertConfig, size: tuple[int, int]) -> None:
+        super().__init__()
+        self.job, self.bert = job, bert
+        n_docs, text_bytes = size
+        self.buckets = bucket_count(n_docs, text_bytes, bert.partner_bucket_size, bert.partner_bucket_bytes)
+
+    def expand(self, batches: beam.PCollection) -> beam.PCollection:
+        job = self.job
+        docs, tokenize_counters = batches | "Tokenize" >> Tokenize(job.vocab_dir, job.temp)
+        example_counters = (
+            docs
+            | "PartnerBuckets" >> beam.FlatMap(partner_buckets, self.buckets, self.bert, job.seed)
+            | "ByPartnerBucket" >> beam.GroupByKey()
+            | "Examples" >> beam.ParDo(MakeBertExamples(job.vocab_dir, self.bert, job.temp, job.sort_buckets, job.seed))
+        )
+        return (tokenize_counters, example_counters) | "Finish" >> WriteCounters(job.temp)
+
+
+class GptWindows(beam.PTransform):
+    """Batches of (doc id, text) -> the counters file; windows of each stream bucket spilled into ``temp/examples``."""
+
+    def __init__(self, job: Job, gpt: GptConfig, size: tuple[int, int]) -> None:
+        super().__init__()
+        self.job, self.gpt = job, gpt
+        n_docs, text_bytes = size
+        self.buckets = bucket_count(n_docs, text_bytes, gpt.docs_per_bucket, gpt.bucket_bytes)
+
+    def expand(self, batches: beam.PCollection) -> beam.PCollection:
+        job = self.job
+        texts = batches | "OneText" >> beam.Map(_as_one_sentence)
+        docs, tokenize_counters = texts | "Tokenize" >> Tokenize(job.vocab_dir, job.temp)
+        example_counters = (
+            docs
+            | "StreamBuckets" >> beam.Map(gpt_bucket, self.buckets, job.seed)
+            | "ByStream" >> beam.GroupByKey()
+            | "Windows" >> beam.ParDo(MakeGptWindows(job.vocab_dir, self.gpt, job.temp, job.sort_buckets, job.seed))
+        )
+        return (tokenize_counters, example_counters) | "Finish" >> WriteCounters(job.temp)
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every step of one shard job shares: the vocabulary, the spill folder, the sort buckets, the seed."""
+
+    vocab_dir: Path
+    temp: Path
+    sort_buckets: int
+    seed: int
+
+
+@contextmanager
+def spill_folder(out_dir: Path) -> Iterator[Path]:
+    """A fresh ``.sort-*`` folder in ``out_dir`` for the job's spill files, removed afterwards.
+
+    The previous manifest goes first: the folder is visibly incomplete until the new one is written.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
+    temp = out_dir / f".sort-{uuid.uuid4().hex}"
+    temp.mkdir()
+    try:
+        yield temp
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def run_job(
+    pipeline_options: PipelineOptions,
+    source: beam.PTransform,
+    graph: beam.PTransform,
+    job: Job,
+    out_dir: Path,
+    layout: Layout,
+    shards: ShardsConfig,
+) -> dict:
+    """Run ``source | graph`` (which spills examples and writes the counters), check the counts, cut the shards."""
+    with beam.Pipeline(options=pipeline_options) as p:
+        _ = p | "Read" >> source | "Examples" >> graph
+    counts_file = job.temp / "counters.json"  # absent only when no batch came in (an empty corpus)
+    counters = json.loads(counts_file.read_text(encoding="utf-8")) if counts_file.is_file() else {}
+    examples = spilled_rows(job.temp / EXAMPLES_DIR)
+    announced = counters.get("examples", counters.get("full_windows", 0) + counters.get("tail_windows", 0))
+    if examples != announced:
+        raise RuntimeError(f"spill files hold {examples} examples, the example stage made {announced}")
+    return write_spilled_shards(
+        job.temp / EXAMPLES_DIR,
+        layout.schema,
+        out_dir,
+        dict(layout.manifest, totals=counters),
+        target_bytes=shards.target_bytes,
+        max_examples=shards.max_examples,
+        compression=shards.compression,
+    )
 
 
 def _read_row_group(part: tuple[str, int], columns: tuple[str, str]) -> Iterator[list[tuple]]:
@@ -315,48 +397,42 @@ def _split_into_sentences(batch: list[tuple[str, str]]) -> list[tuple[str, list[
     return [(doc_id, split_sentences(text)) for doc_id, text in batch]
 
 
-def _bert_manifest(vocab_dir: Path, bert: BertConfig, shards: ShardsConfig, seed: int, inputs: list[str]) -> tuple[pa.Schema, dict]:
+def _as_one_sentence(batch: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
+    return [(doc_id, [text]) for doc_id, text in batch]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A shard job's Arrow schema and its manifest before shards and totals."""
+
+    schema: pa.Schema
+    manifest: dict
+
+
+def bert_layout(vocab_dir: Path, bert: BertConfig, shards: ShardsConfig, seed: int, inputs: list[str]) -> Layout:
     vocab = vocab_manifest(vocab_dir)
-    schema = bert_schema(bert.max_seq_length, bert.max_predictions_per_seq, vocab["size"])
-    manifest = {
-        "format_version": FORMAT_VERSION,
-        "task": "bert",
-        "params": {"seed": seed, "bert": bert.model_dump(mode="json"), "shards": shards.model_dump(mode="json"), "inputs": inputs},
-        "vocab": vocab,
-        "schema": {
-            "max_seq_length": bert.max_seq_length,
-            "max_predictions_per_seq": bert.max_predictions_per_seq,
-            "id_type": str(id_type(vocab["size"])),
-        },
-    }
-    return schema, manifest
+    params = {"seed": seed, "bert": bert.model_dump(mode="json"), "shards": shards.model_dump(mode="json"), "inputs": inputs}
+    manifest = shard_manifest(
+        "bert",
+        vocab,
+        params,
+        max_seq_length=bert.max_seq_length,
+        max_predictions_per_seq=bert.max_predictions_per_seq,
+        id_type=str(id_type(vocab["size"])),
+    )
+    return Layout(bert_schema(bert.max_seq_length, bert.max_predictions_per_seq, vocab["size"]), manifest)
 
 
-def _bert_graph(
-    sentences: Callable[[beam.Pipeline, Path], beam.PCollection],
-    size: tuple[int, int],
-    schema: pa.Schema,
-    vocab_dir: Path,
-    bert: BertConfig,
-    shards: ShardsConfig,
-    seed: int,
-) -> Callable[[beam.Pipeline, Path], None]:
-    n_docs, text_bytes = size
+def gpt_layout(vocab_dir: Path, gpt: GptConfig, shards: ShardsConfig, seed: int, inputs: list[str]) -> Layout:
+    vocab = vocab_manifest(vocab_dir)
+    params = {"seed": seed, "gpt": gpt.model_dump(mode="json"), "shards": shards.model_dump(mode="json"), "inputs": inputs}
+    manifest = shard_manifest("gpt", vocab, params, seq_len=gpt.seq_len, id_type=str(id_type(vocab["size"])))
+    return Layout(gpt_schema(gpt.seq_len, vocab["size"]), manifest)
+
+
+def bert_sort_buckets(text_bytes: int, layout: Layout, bert: BertConfig, shards: ShardsConfig) -> int:
     examples = text_bytes / BYTES_PER_TOKEN * bert.dupe_factor / (0.8 * (bert.max_seq_length - 3))
-    sort_buckets = sort_bucket_count(examples, row_bytes(schema), shards)
-    buckets = bucket_count(n_docs, text_bytes, bert.partner_bucket_size, bert.partner_bucket_bytes)
-
-    def graph(p: beam.Pipeline, temp: Path) -> None:
-        docs, tokenize_counters = _tokenize(sentences(p, temp), vocab_dir, temp)
-        example_counters = (
-            docs
-            | "PartnerBuckets" >> beam.FlatMap(partner_buckets, buckets, bert, seed)
-            | "ByPartnerBucket" >> beam.GroupByKey()
-            | "Examples" >> beam.ParDo(MakeBertExamples(vocab_dir, bert, temp, sort_buckets, seed))
-        )
-        _finish_graph(example_counters, tokenize_counters, temp)
-
-    return graph
+    return sort_bucket_count(examples, row_bytes(layout.schema), shards)
 
 
 def write_bert_shards(
@@ -369,13 +445,12 @@ def write_bert_shards(
     seed: int,
 ) -> dict:
     """BERT shards from Parquet documents (columns id, text); returns the manifest written."""
-    schema, manifest = _bert_manifest(vocab_dir, bert, shards, seed, [str(p) for p in doc_paths])
-
-    def sentences(p: beam.Pipeline, temp: Path) -> beam.PCollection:
-        return _read_parquet(p, doc_paths, ("id", "text"), "Documents") | "Sentences" >> beam.Map(_split_into_sentences)
-
-    graph = _bert_graph(sentences, corpus_size(doc_paths, "text"), schema, vocab_dir, bert, shards, seed)
-    return _run(pipeline_options, graph, out_dir, schema, manifest, shards)
+    layout = bert_layout(vocab_dir, bert, shards, seed, [str(p) for p in doc_paths])
+    size = corpus_size(doc_paths, "text")
+    with spill_folder(out_dir) as temp:
+        job = Job(Path(vocab_dir), temp, bert_sort_buckets(size[1], layout, bert, shards), seed)
+        source = ReadBatches(doc_paths, ("id", "text"), split_sentences=True)
+        return run_job(pipeline_options, source, BertExamples(job, bert, size), job, out_dir, layout, shards)
 
 
 def write_bert_shards_from_sentences(
@@ -392,18 +467,16 @@ def write_bert_shards_from_sentences(
     ``docs`` may be a generator: it is consumed once, into a Parquet file, one row group per
     ``TOKENIZE_BATCH_CHARS`` of text (one Beam task each).
     """
-    schema, manifest = _bert_manifest(vocab_dir, bert, shards, seed, [])
-
-    with tempfile.TemporaryDirectory() as scratch:
+    layout = bert_layout(vocab_dir, bert, shards, seed, [])
+    with tempfile.TemporaryDirectory() as scratch, spill_folder(out_dir) as temp:
         # Through a file rather than beam.Create, which would pickle (and bz2) the corpus into the graph.
         path = Path(scratch) / "sentences.parquet"
         _write_sentences(docs, path)
-
-        def sentences(p: beam.Pipeline, temp: Path) -> beam.PCollection:
-            return _read_parquet(p, [path], ("id", "sentences"), "Sentences")
-
-        graph = _bert_graph(sentences, corpus_size([path], "sentences"), schema, vocab_dir, bert, shards, seed)
-        return _run(pipeline_options, graph, out_dir, schema, manifest, shards)
+        size = corpus_size([path], "sentences")
+        job = Job(Path(vocab_dir), temp, bert_sort_buckets(size[1], layout, bert, shards), seed)
+        return run_job(
+            pipeline_options, ReadBatches([path], ("id", "sentences")), BertExamples(job, bert, size), job, out_dir, layout, shards
+        )
 
 
 def _write_sentences(docs: Iterable[tuple[str, list[str]]], path: Path) -> None:
@@ -439,35 +512,9 @@ def write_gpt_shards(
     seed: int,
 ) -> dict:
     """GPT shards from Parquet documents (columns id, text); returns the manifest written."""
-    vocab = vocab_manifest(vocab_dir)
-    schema = gpt_schema(gpt.seq_len, vocab["size"])
-    manifest = {
-        "format_version": FORMAT_VERSION,
-        "task": "gpt",
-        "params": {
-            "seed": seed,
-            "gpt": gpt.model_dump(mode="json"),
-            "shards": shards.model_dump(mode="json"),
-            "inputs": [str(p) for p in doc_paths],
-        },
-        "vocab": vocab,
-        "schema": {"seq_len": gpt.seq_len, "id_type": str(id_type(vocab["size"]))},
-    }
-
-    n_docs, text_bytes = corpus_size(doc_paths, "text")
-    sort_buckets = sort_bucket_count(text_bytes / BYTES_PER_TOKEN / (gpt.seq_len + 1), row_bytes(schema), shards)
-
-    def graph(p: beam.Pipeline, temp: Path) -> None:
-        texts = _read_parquet(p, doc_paths, ("id", "text"), "Documents") | "OneText" >> beam.Map(
-            lambda batch: [(doc_id, [text]) for doc_id, text in batch]
-        )
-        docs, tokenize_counters = _tokenize(texts, vocab_dir, temp)
-        example_counters = (
-            docs
-            | "StreamBuckets" >> beam.Map(gpt_bucket, bucket_count(n_docs, text_bytes, gpt.docs_per_bucket, gpt.bucket_bytes), seed)
-            | "ByStream" >> beam.GroupByKey()
-            | "Windows" >> beam.ParDo(MakeGptWindows(vocab_dir, gpt, temp, sort_buckets, seed))
-        )
-        _finish_graph(example_counters, tokenize_counters, temp)
-
-    return _run(pipeline_options, graph, out_dir, schema, manifest, shards)
+    layout = gpt_layout(vocab_dir, gpt, shards, seed, [str(p) for p in doc_paths])
+    size = corpus_size(doc_paths, "text")
+    sort_buckets = sort_bucket_count(size[1] / BYTES_PER_TOKEN / (gpt.seq_len + 1), row_bytes(layout.schema), shards)
+    with spill_folder(out_dir) as temp:
+        job = Job(Path(vocab_dir), temp, sort_buckets, seed)
+        return run_job(pipeline_options, ReadBatches(doc_paths, ("id", "text")), GptWindows(job, gpt, size), job, out_dir, layout, shards)

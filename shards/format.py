@@ -61,6 +61,11 @@ def gpt_schema(seq_len: int, vocab_size: int) -> pa.Schema:
     return pa.schema([("input_ids", pa.list_(id_type(vocab_size), seq_len + 1)), ("length", pa.uint32())])
 
 
+def shard_manifest(task: str, vocab: dict, params: dict, **schema: object) -> dict:
+    """A manifest before its shards and totals (``shards.writer`` adds them): the one place its layout is built."""
+    return {"format_version": FORMAT_VERSION, "task": task, "params": params, "vocab": vocab, "schema": schema}
+
+
 # manifest.json layout (written atomically by shards.writer, read by shards.reader):
 # {
 #   "format_version": 1, "task": "bert" | "gpt",
