@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -331,7 +332,7 @@ def run_stages(cfg: Config, plan: Plan, result: BuildResult) -> None:
         remove_marker(plan.out, stage)  # before its outputs change
         made = made_from(stage, cfg, plan, None)
         t0 = time.perf_counter()
-        with progress.stage(stage):
+        with progress.stage(stage, poll=partial(files_so_far, plan.out, stage)):
             marker = RUNNERS[stage](cfg, result, plan, made)
         result.stage_seconds[stage] = round(time.perf_counter() - t0, 3)
         write_marker(plan.out, marker)
@@ -339,6 +340,25 @@ def run_stages(cfg: Config, plan: Plan, result: BuildResult) -> None:
         result.ran[stage] = plan.reasons[stage]
     if "documents" in plan.markers and "documents" not in plan.requested:
         reuse_documents(plan.markers["documents"], result)  # the figures of what the later stages were made from
+
+
+def files_so_far(out: Path, stage: str) -> dict[str, int]:
+    """The running stage's files written so far (by Beam's workers, wherever they run): its live counters."""
+
+    def count(folder: Path, pattern: str) -> int:
+        return sum(1 for _ in folder.glob(pattern))
+
+    if stage == "documents":
+        work = out / WORK_DIR / "documents"
+        return {"tasks spilled": count(work / "spill", "*.arrow"), "parts written": count(out / "documents", "part-*.parquet")}
+    if stage in ("bert", "gpt"):
+        folder = out / "shards" / stage
+        return {
+            "token batches": count(folder, ".sort-*/docs/*.arrow"),
+            "example files": count(folder, ".sort-*/examples/bucket-*/*.arrow"),
+            "shards written": count(folder, "train-*.arrow"),
+        }
+    return {}
 
 
 def write_run_manifest(cfg: Config, plan: Plan, result: BuildResult) -> None:

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -37,6 +37,7 @@ class Stage:
     unit: str | None = None
     counters: dict[str, int] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
+    polled: dict[str, int] = field(default_factory=dict)  # the live counters ``stage(poll=...)`` read from files
 
     @property
     def elapsed(self) -> float:
@@ -144,18 +145,53 @@ _current: list[Stage] = []
 
 
 @contextlib.contextmanager
-def stage(name: str, total: int | None = None, unit: str | None = None) -> Iterator[Stage]:
-    """A build stage: reported when it starts and ends (and failed, if it raises)."""
+def stage(
+    name: str, total: int | None = None, unit: str | None = None, poll: Callable[[], dict[str, int]] | None = None
+) -> Iterator[Stage]:
+    """A build stage: reported when it starts and ends (and failed, if it raises).
+
+    ``poll`` (optional) returns counters read from what the stage has written so far; it is called
+    every ``POLL_S`` seconds while the stage runs, so work done in Beam's worker processes (or on a
+    cluster) shows up without the workers reporting to us. Polled counters are live figures only:
+    the line a finished stage leaves holds what the stage itself counted.
+    """
     current = Stage(name, total, unit)
     _current.append(current)
     _reporter.started(current)
+    stop = threading.Event()
+    poller = threading.Thread(target=_poll, args=(current, poll, stop), daemon=True, name=f"poll-{name}") if poll else None
+    if poller:
+        poller.start()
     failed = True
     try:
         yield current
         failed = False
     finally:
+        if poller:
+            stop.set()
+            poller.join()
+            for key in poll_keys(current):
+                del current.counters[key]
         _current.remove(current)
         _reporter.finished(current, failed)
+
+
+POLL_S = 1.0
+
+
+def _poll(current: Stage, poll: Callable[[], dict[str, int]], stop: threading.Event) -> None:
+    while not stop.wait(POLL_S):
+        try:
+            polled = poll()
+        except OSError:  # a folder removed while it was counted: next time
+            continue
+        current.polled.update(polled)
+        current.counters.update(polled)
+        _reporter.counted(current)
+
+
+def poll_keys(current: Stage) -> list[str]:
+    return [key for key in current.polled if key in current.counters]
 
 
 def count(name: str, n: int = 1) -> None:

@@ -198,9 +198,12 @@ def _vocabularies(out_dir: Path, manifest: dict) -> str:
 
 
 def _fertility(tokenizer: Any, out_dir: Path) -> float:
-    texts = list(_text_sample(output_files(out_dir / "documents"), FERTILITY_SAMPLE_BYTES))
-    words = sum(len(text.split()) for text in texts)
-    tokens = sum(len(encoding.ids) for encoding in tokenizer.encode_batch(texts, add_special_tokens=False))
+    """Tokens per word, paragraph by paragraph: an ``Encoding`` of a whole 1 MB book held ~150 MB."""
+    words = tokens = 0
+    for text in _text_sample(output_files(out_dir / "documents"), FERTILITY_SAMPLE_BYTES):
+        paragraphs = text.split("\n\n")
+        words += sum(len(paragraph.split()) for paragraph in paragraphs)
+        tokens += sum(len(encoding) for encoding in tokenizer.encode_batch_fast(paragraphs, add_special_tokens=False))
     return tokens / words if words else 0.0
 
 

@@ -166,6 +166,24 @@ def test_log_view_reports_periodic_counters_and_failures(caplog):
     assert any(line.startswith("stage broken FAILED after") for line in lines)
 
 
+def test_polled_counters_show_while_a_stage_runs_and_leave_its_final_line(caplog, monkeypatch, tmp_path):
+    from corpusforge.build import files_so_far
+
+    monkeypatch.setattr(progress, "POLL_S", 0.02)
+    caplog.set_level(logging.INFO, logger="corpusforge.progress")
+    spill = tmp_path / ".work" / "documents" / "spill"
+    spill.mkdir(parents=True)
+    with progress.display(Console(file=io.StringIO()), live=False, interval_s=0.1):
+        with progress.stage("documents", poll=lambda: files_so_far(tmp_path, "documents")):
+            for index in range(3):
+                (spill / f"books-{index}.arrow").write_bytes(b"")
+            time.sleep(0.4)
+            progress.count("documents", 7)
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(re.match(r"stage documents running for \d+s: tasks spilled 3, parts written 0", line) for line in lines), lines
+    assert re.match(r"stage documents done after [0-9.]+s: documents 7$", lines[-1]), lines
+
+
 def test_docs_inspect_reads_rejects_and_fails_a_bad_show_first(demo_build):
     out, _ = demo_build
     rejects = runner.invoke(app, ["docs", "inspect", str(out / "rejects")])
