@@ -14,6 +14,7 @@ import unicodedata
 import ftfy
 import ftfy.badness
 import ftfy.chardata
+import numpy as np
 
 from corpusforge.config import CleanConfig
 from corpusforge.corpora.document import Document, Reject
@@ -52,7 +53,29 @@ def _may_change_again(text: str) -> bool:
 
     An entity, not any "&": books are full of "&c." and a second pass over a whole book costs as
     much as the first."""
-    return bool(ftfy.chardata.HTML_ENTITY_RE.search(text)) or ftfy.badness.is_bad(text)
+    return bool(ftfy.chardata.HTML_ENTITY_RE.search(text)) or is_bad(text)
+
+
+def is_bad(text: str) -> bool:
+    """``ftfy.badness.is_bad``, searching only near non-ASCII characters.
+
+    Each of the 37 alternatives of ftfy's pattern needs a non-ASCII character and spans at most 7
+    characters (``_badness_width`` checks this on the installed ftfy's pattern, else the full search
+    runs), so a match lies within that distance of one. A search of a whole book cost as much as
+    repairing it; this is a tenth of that.
+    """
+    if _BADNESS_WIDTH is None:
+        return ftfy.badness.is_bad(text)
+    points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    wide = np.flatnonzero(points >= 128)
+    if not len(wide):
+        return False
+    starts = np.maximum(wide - _BADNESS_WIDTH, 0)
+    ends = wide + _BADNESS_WIDTH + 1
+    new_window = np.concatenate([[True], starts[1:] > ends[:-1]])
+    first, last = starts[new_window], np.maximum.reduceat(ends, np.flatnonzero(new_window))
+    search = ftfy.badness.BADNESS_RE.search
+    return any(search(text, int(start), int(end)) for start, end in zip(first, last))
 
 
 def _layout(text: str) -> str:
@@ -73,6 +96,28 @@ def dedup_key(text: str) -> str:
     """
     folded = unicodedata.normalize("NFKC", text).casefold()
     return hashlib.sha1(_NON_WORD.sub(" ", folded).strip().encode("utf-8")).hexdigest()
+
+
+def _badness_width() -> int | None:
+    """The longest match of ftfy's badness pattern if every alternative needs a non-ASCII character, else None."""
+    parsed = re._parser.parse(ftfy.badness.BADNESS_RE.pattern, ftfy.badness.BADNESS_RE.flags)  # type: ignore[attr-defined]
+    constants = re._constants  # type: ignore[attr-defined]
+    if len(parsed.data) != 1 or parsed.data[0][0] != constants.BRANCH:
+        return None
+
+    def wide_only(op: object, value: object) -> bool:
+        if op == constants.LITERAL:
+            return value >= 128
+        if op == constants.IN:
+            return all(o == constants.LITERAL and v >= 128 or o == constants.RANGE and v[0] >= 128 for o, v in value)
+        return False
+
+    if not all(any(wide_only(op, value) for op, value in branch.data) for branch in parsed.data[0][1][1]):
+        return None
+    return parsed.getwidth()[1]
+
+
+_BADNESS_WIDTH = _badness_width()
 
 
 class Cleaner:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import ftfy
+import ftfy.badness
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -100,3 +101,18 @@ def test_entities_exposed_by_a_repair_are_repaired_but_ampersands_alone_need_no_
     monkeypatch.setattr(ftfy, "fix_text", lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
     assert normalize_text("Wine, &c.\nand   more") == "Wine, &c. and more"
     assert len(calls) == 1
+
+
+MOJIBAKE_PIECES = list("abXY \n.,'09") + ["Ã©", "â€œ", "â€\x9d", "Â ", "Ã", "€", "œ", "Œ", "°", "×²", "√±", "вЂ", "à²", "ØÙ", "é", "É"]
+MOJIBAKE_PIECES += ["“", "”", "’", "—", "中", "\x85", "\x9d", "ü", "µ", "¼", "¡"]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(MOJIBAKE_PIECES), max_size=40).map("".join))
+def test_is_bad_near_non_ascii_equals_ftfys_full_search(text) -> None:
+    from corpusforge.corpora.clean import _BADNESS_WIDTH, is_bad
+
+    assert _BADNESS_WIDTH is not None  # the installed ftfy's pattern allows the windowed search
+    assert is_bad(text) == ftfy.badness.is_bad(text)
+    padded = "plain ascii " * 5 + text + " more ascii" * 5  # windows away from the text's ends
+    assert is_bad(padded) == ftfy.badness.is_bad(padded)
