@@ -65,28 +65,16 @@ class PeakWatcher:
     def tree_cpu(self) -> float:
         """CPU seconds of the launcher, its reaped children and its live descendants."""
         try:
-            root = psutil.Process(self.roots[0])
-            times = root.cpu_times()
-            total = times.user + times.system + times.children_user + times.children_system
-            for child in root.children(recursive=True):
-                try:
-                    ct = child.cpu_times()
-                    total += ct.user + ct.system
-                except psutil.Error:
-                    pass
-            return total
+            times = psutil.Process(self.roots[0]).cpu_times()
         except psutil.Error:
             return float("nan")
+        return times.children_user + times.children_system + _tree_cpu(self.roots[0])
 
     def _run(self) -> None:
         while not self._stop.is_set():
             stage = self._stage() if self.out else None
             for root in self.roots:
-                try:
-                    procs = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
-                except psutil.NoSuchProcess:
-                    continue
-                for proc in procs:
+                for proc in _tree(root):
                     try:
                         rss = proc.memory_info().rss
                     except psutil.Error:
@@ -242,18 +230,22 @@ def dask_build(corpus: Path, out: Path, workers: int) -> dict:
 
 
 def _tree_cpu(pid: int) -> float:
-    try:
-        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0.0
     total = 0.0
-    for proc in procs:
+    for proc in _tree(pid):
         try:
             times = proc.cpu_times()
             total += times.user + times.system
         except psutil.Error:
             pass
     return total
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    """A process and its live descendants (none once it has exited)."""
+    try:
+        return [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
 
 
 def mb(value: float) -> str:

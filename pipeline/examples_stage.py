@@ -30,8 +30,9 @@ import uuid
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -272,47 +273,37 @@ class ReadBatches(beam.PTransform):
         return batches | "Sentences" >> beam.Map(_split_into_sentences) if self.split_sentences else batches
 
 
-class BertExamples(beam.PTransform):
-    """Batches of (doc id, sentences) -> the counters file; examples spilled by partner bucket into ``temp/examples``."""
+class SpillExamples(beam.PTransform):
+    """Batches of (doc id, sentences) -> the counters file: token ids spilled per batch, document references
+    grouped by ``assign`` (BERT: a partner bucket per dupe index; GPT: a stream bucket), and each group's
+    examples spilled by ``make`` into ``temp/examples``."""
 
-    def __init__(self, job: Job, bert: BertConfig, size: tuple[int, int]) -> None:
+    def __init__(self, job: Job, assign: Callable[[DocRef], Iterable[tuple[object, DocRef]]], make: beam.DoFn) -> None:
         super().__init__()
-        self.job, self.bert = job, bert
-        n_docs, text_bytes = size
-        self.buckets = bucket_count(n_docs, text_bytes, bert.partner_bucket_size, bert.partner_bucket_bytes)
+        self.job, self.assign, self.make = job, assign, make
 
     def expand(self, batches: beam.PCollection) -> beam.PCollection:
-        job = self.job
-        docs, tokenize_counters = batches | "Tokenize" >> Tokenize(job.vocab_dir, job.temp)
+        docs, tokenize_counters = batches | "Tokenize" >> Tokenize(self.job.vocab_dir, self.job.temp)
         example_counters = (
-            docs
-            | "PartnerBuckets" >> beam.FlatMap(partner_buckets, self.buckets, self.bert, job.seed)
-            | "ByPartnerBucket" >> beam.GroupByKey()
-            | "Examples" >> beam.ParDo(MakeBertExamples(job.vocab_dir, self.bert, job.temp, job.sort_buckets, job.seed))
+            docs | "Buckets" >> beam.FlatMap(self.assign) | "ByBucket" >> beam.GroupByKey() | "Examples" >> beam.ParDo(self.make)
         )
-        return (tokenize_counters, example_counters) | "Finish" >> WriteCounters(job.temp)
+        return (tokenize_counters, example_counters) | "Finish" >> WriteCounters(self.job.temp)
 
 
-class GptWindows(beam.PTransform):
-    """Batches of (doc id, text) -> the counters file; windows of each stream bucket spilled into ``temp/examples``."""
+def bert_examples(job: Job, bert: BertConfig, size: tuple[int, int]) -> beam.PTransform:
+    """Batches of (doc id, sentences) -> the counters file; examples spilled by partner bucket."""
+    buckets = bucket_count(*size, bert.partner_bucket_size, bert.partner_bucket_bytes)
+    make = MakeBertExamples(job.vocab_dir, bert, job.temp, job.sort_buckets, job.seed)
+    return SpillExamples(job, partial(partner_buckets, buckets=buckets, bert=bert, seed=job.seed), make)
 
-    def __init__(self, job: Job, gpt: GptConfig, size: tuple[int, int]) -> None:
-        super().__init__()
-        self.job, self.gpt = job, gpt
-        n_docs, text_bytes = size
-        self.buckets = bucket_count(n_docs, text_bytes, gpt.docs_per_bucket, gpt.bucket_bytes)
 
-    def expand(self, batches: beam.PCollection) -> beam.PCollection:
-        job = self.job
-        texts = batches | "OneText" >> beam.Map(_as_one_sentence)
-        docs, tokenize_counters = texts | "Tokenize" >> Tokenize(job.vocab_dir, job.temp)
-        example_counters = (
-            docs
-            | "StreamBuckets" >> beam.Map(gpt_bucket, self.buckets, job.seed)
-            | "ByStream" >> beam.GroupByKey()
-            | "Windows" >> beam.ParDo(MakeGptWindows(job.vocab_dir, self.gpt, job.temp, job.sort_buckets, job.seed))
-        )
-        return (tokenize_counters, example_counters) | "Finish" >> WriteCounters(job.temp)
+def gpt_windows(job: Job, gpt: GptConfig, size: tuple[int, int]) -> beam.PTransform:
+    """Batches of (doc id, text) -> the counters file; windows of each stream bucket spilled."""
+    buckets = bucket_count(*size, gpt.docs_per_bucket, gpt.bucket_bytes)
+    make = MakeGptWindows(job.vocab_dir, gpt, job.temp, job.sort_buckets, job.seed)
+    return "OneText" >> beam.Map(_as_one_sentence) | "Windows" >> SpillExamples(
+        job, partial(gpt_bucket, buckets=buckets, seed=job.seed), make
+    )
 
 
 @dataclass(frozen=True)
@@ -450,7 +441,7 @@ def write_bert_shards(
     with spill_folder(out_dir) as temp:
         job = Job(Path(vocab_dir), temp, bert_sort_buckets(size[1], layout, bert, shards), seed)
         source = ReadBatches(doc_paths, ("id", "text"), split_sentences=True)
-        return run_job(pipeline_options, source, BertExamples(job, bert, size), job, out_dir, layout, shards)
+        return run_job(pipeline_options, source, bert_examples(job, bert, size), job, out_dir, layout, shards)
 
 
 def write_bert_shards_from_sentences(
@@ -475,7 +466,7 @@ def write_bert_shards_from_sentences(
         size = corpus_size([path], "sentences")
         job = Job(Path(vocab_dir), temp, bert_sort_buckets(size[1], layout, bert, shards), seed)
         return run_job(
-            pipeline_options, ReadBatches([path], ("id", "sentences")), BertExamples(job, bert, size), job, out_dir, layout, shards
+            pipeline_options, ReadBatches([path], ("id", "sentences")), bert_examples(job, bert, size), job, out_dir, layout, shards
         )
 
 
@@ -498,8 +489,9 @@ def _sentences_table(group: list[tuple[str, list[str]]], schema: pa.Schema) -> p
     return pa.table({"id": [doc_id for doc_id, _ in group], "sentences": [sentences for _, sentences in group]}, schema=schema)
 
 
-def gpt_bucket(doc: DocRef, buckets: int, seed: int) -> tuple[int, DocRef]:
-    return stable_hash(seed, "gpt", doc[0]) % buckets, doc
+def gpt_bucket(doc: DocRef, buckets: int, seed: int) -> Iterator[tuple[int, DocRef]]:
+    """The document's stream bucket: its windows are cut from one token stream with the bucket's other documents."""
+    yield stable_hash(seed, "gpt", doc[0]) % buckets, doc
 
 
 def write_gpt_shards(
@@ -517,4 +509,4 @@ def write_gpt_shards(
     sort_buckets = sort_bucket_count(size[1] / BYTES_PER_TOKEN / (gpt.seq_len + 1), row_bytes(layout.schema), shards)
     with spill_folder(out_dir) as temp:
         job = Job(Path(vocab_dir), temp, sort_buckets, seed)
-        return run_job(pipeline_options, ReadBatches(doc_paths, ("id", "text")), GptWindows(job, gpt, size), job, out_dir, layout, shards)
+        return run_job(pipeline_options, ReadBatches(doc_paths, ("id", "text")), gpt_windows(job, gpt, size), job, out_dir, layout, shards)
