@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from itertools import chain
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -39,6 +40,7 @@ EOT = "<|endoftext|>"
 WORDPIECE_ALPHABET = 1000  # as HF's BertWordPieceTokenizer: rarer characters stay [UNK]
 ALPHABET_CHUNK_CHARS = 4_000_000  # text counted at a time when fixing the alphabet
 CODE_POINTS = 0x110000
+PIECE_CHARS = 65_536  # text handed to the trainers at a time
 
 
 def train_wordpiece(texts: Iterable[str], out_dir: Path, vocab_size: int = 30522, lowercase: bool = True, min_frequency: int = 2) -> Path:
@@ -249,7 +251,11 @@ def train_vocab_from_documents(doc_paths: list[Path], out_dir: Path, cfg: VocabC
     total = text_bytes(doc_paths)
     rate = min(1.0, cfg.sample_bytes / total) if total else 1.0
 
-    sample = _Reread(lambda: sample_documents(iter_rows(doc_paths, ("id", "text")), rate, cfg.sample_bytes, cfg.sample_seed))
+    sample = _Reread(
+        lambda: chain.from_iterable(
+            map(paragraph_pieces, sample_documents(iter_rows(doc_paths, ("id", "text")), rate, cfg.sample_bytes, cfg.sample_seed))
+        )
+    )
     out: dict[str, Path] = {}
     for kind in cfg.kinds:
         if kind == "wordpiece":
@@ -257,6 +263,26 @@ def train_vocab_from_documents(doc_paths: list[Path], out_dir: Path, cfg: VocabC
         else:
             out[kind] = train_bpe(sample, Path(out_dir) / kind, cfg.bpe_vocab_size, cfg.min_frequency)
     return out
+
+
+def paragraph_pieces(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
+    """``text`` in pieces of at least ``size`` characters, cut between the two newlines of a paragraph break.
+
+    HF's ``train_from_iterator`` buffers 256 items, and 256 one-MB books held ~250 MB in the trainer.
+    A cut between "\\n" and "\\n" with a non-space on either side leaves every pre-token as it was
+    (WordPiece drops whitespace; GPT-2's pattern then yields "\\n", "\\n" either way), so the counts,
+    and the vocabularies, are those of the whole texts.
+    """
+    start = 0
+    while len(text) - start > size:
+        cut = text.find("\n\n", start + size)
+        while cut != -1 and (text[cut - 1].isspace() or cut + 2 >= len(text) or text[cut + 2].isspace()):
+            cut = text.find("\n\n", cut + 1)
+        if cut == -1:
+            break
+        yield text[start : cut + 1]
+        start = cut + 1
+    yield text[start:]
 
 
 class _Reread:

@@ -121,15 +121,15 @@ def scatter(path: str, kept: Iterable[tuple[int, int]], out_dir: Path) -> list[t
     return written
 
 
-def gather_part(paths: Iterable[str]) -> pa.Table:
-    """One part from its scattered pieces, sorted by id: the bytes do not depend on how it was scattered."""
+def gather_part(paths: Iterable[str]) -> tuple[pa.Table, pa.Array]:
+    """One part from its scattered pieces, and the row order that sorts it by id (the bytes written in
+    that order do not depend on how it was scattered). Not sorted here: that would copy the whole part."""
     tables = []
     for path in sorted(paths):
         with pa.OSFile(path, "rb") as source:
             tables.append(pa.ipc.open_file(source).read_all())
-    if not tables:
-        return documents_table([])
-    return pa.concat_tables(tables).sort_by("id").combine_chunks()
+    table = pa.concat_tables(tables) if tables else documents_table([])
+    return table, pc.sort_indices(table, [("id", "ascending")])
 
 
 class RefMaker:

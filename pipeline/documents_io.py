@@ -6,7 +6,6 @@ do not depend on the runner, the worker count or the bundle order.
 
 from __future__ import annotations
 
-import io
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -71,18 +70,22 @@ def rejects_table(rejects: Iterable[Reject]) -> pa.Table:
 ROW_GROUP_TEXT_BYTES = 8 << 20  # a row group is one task of the examples stages and one read in the launcher
 
 
-def write_table_atomic(table: pa.Table, path: str) -> str:
+def write_table_atomic(table: pa.Table, path: str, order: pa.Array | None = None) -> str:
     """Write Parquet to a temporary name beside ``path`` and rename, on any Beam filesystem.
 
     Row groups hold about ``ROW_GROUP_TEXT_BYTES`` (from the table's own size, so the bytes depend on
-    the content only): later stages read a part in parallel, a row group at a time.
+    the content only): later stages read a part in parallel, a row group at a time. ``order`` (row
+    indices) writes the rows in that order, taking one row group at a time, so a part is never copied
+    whole to be sorted; the file is streamed to its temporary name rather than built in memory.
     """
-    buffer = io.BytesIO()
     rows_per_group = max(1, int(ROW_GROUP_TEXT_BYTES * table.num_rows / max(1, table.nbytes)))
-    pq.write_table(table, buffer, compression="zstd", row_group_size=rows_per_group)
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with FileSystems.create(tmp) as handle:
-        handle.write(buffer.getvalue())
+    with FileSystems.create(tmp) as handle, pq.ParquetWriter(handle, table.schema, compression="zstd") as writer:
+        if order is None or table.num_rows == 0:
+            writer.write_table(table, row_group_size=rows_per_group)
+        else:
+            for start in range(0, table.num_rows, rows_per_group):
+                writer.write_table(table.take(order.slice(start, rows_per_group)), row_group_size=rows_per_group)
     if FileSystems.exists(path):
         FileSystems.delete([path])
     FileSystems.rename([tmp], [path])

@@ -177,8 +177,8 @@ class _WriteDocumentPart(beam.DoFn):
 
     def process(self, item: tuple[tuple[int, int], Iterable[str]]) -> Iterator[dict]:
         (index, parts), pieces = item
-        table = gather_part(pieces)
-        write_table_atomic(table, f"{self.directory.rstrip('/')}/{PART_PATTERN.format(index=index, count=parts)}")
+        table, order = gather_part(pieces)
+        write_table_atomic(table, f"{self.directory.rstrip('/')}/{PART_PATTERN.format(index=index, count=parts)}", order)
         yield dict(Counter(f"{source}.documents" for source in table["source"].to_pylist()))
 
 

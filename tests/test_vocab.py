@@ -21,6 +21,7 @@ from corpusforge.examples.vocab import (
     _fixed_alphabet,
     _wordpiece_tokenizer,
     load_tokenizer,
+    paragraph_pieces,
     sample_documents,
     train_bpe,
     train_vocab_from_documents,
@@ -220,3 +221,22 @@ def test_sample_keeps_about_the_rate_and_the_seed_decides_which():
     assert set(tenth) < set(fifth)  # a higher rate keeps what a lower one kept
     assert len(set(tenth) & set(other_seed)) < 100  # another seed, another sample (about 40 in common)
     assert tenth == [text for _, text in docs if text in set(tenth)]  # in input order
+
+
+@given(st.lists(st.sampled_from(["word", " ", "\n", "\n\n", "\n\n\n", ".", "é", "'s", "\t", "  ", "42"]), max_size=80).map("".join))
+@settings(max_examples=400, deadline=None)
+def test_paragraph_pieces_leave_every_pre_token_as_it_was(text):
+    """The trainers count pre-tokens; pieces cut between a paragraph break's newlines must count the same."""
+    from tokenizers import pre_tokenizers
+
+    pieces = list(paragraph_pieces(text, size=4))
+    assert "".join(pieces) == text and all(pieces[:-1])
+    for pre_tokenizer in (pre_tokenizers.ByteLevel(add_prefix_space=False), pre_tokenizers.BertPreTokenizer()):
+        whole = [token for token, _ in pre_tokenizer.pre_tokenize_str(text)]
+        assert [token for piece in pieces for token, _ in pre_tokenizer.pre_tokenize_str(piece)] == whole
+
+
+def test_paragraph_pieces_cut_long_books():
+    text = "\n\n".join(f"Paragraph {i} of a long book." for i in range(10_000))
+    pieces = list(paragraph_pieces(text, size=10_000))
+    assert len(pieces) > 10 and "".join(pieces) == text and all(len(p) >= 10_000 for p in pieces[:-1])
