@@ -301,8 +301,11 @@ def write_spilled_shards(
     max_examples: int | None = None,
     compression: str = "none",
     workers: int | None = None,
+    expected: int | None = None,
 ) -> dict:
     """Cut the spilled examples in ``directory`` into balanced shards, one job per shard, then write the manifest last.
+
+    ``expected``: the examples the producers announced; the spill files must hold exactly that many.
 
     Jobs run in ``workers`` spawned processes (default: one per shard up to the CPU count; spawned,
     never forked: the launcher runs Beam's and gRPC's threads), or here when that is 1 (a process
@@ -311,10 +314,12 @@ def write_spilled_shards(
     """
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be at least 1, not {workers}")
+    plan = plan_cut(directory, schema, target_bytes, max_examples)
+    if expected is not None and sum(plan.sizes) != expected:
+        raise RuntimeError(f"spill files hold {sum(plan.sizes)} examples, the example stage made {expected}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     clear_outputs(out_dir)
-    plan = plan_cut(directory, schema, target_bytes, max_examples)
     codec = None if compression == "none" else compression
     jobs = [
         (

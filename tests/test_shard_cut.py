@@ -119,3 +119,10 @@ def spilled_part(spilled: tuple, start: int, stop: int, schema: pa.Schema = SCHE
     part = {name: values[start:stop] for name, values in columns.items()}
     part.update(input_ids=part["input_ids"].astype(dtype), masked_lm_ids=part["masked_lm_ids"].astype(dtype))
     return keys[start:stop], part
+
+
+def test_a_spill_short_of_the_announced_examples_fails_before_anything_is_written(spilled, tmp_path):
+    folder, _, _ = spilled
+    with pytest.raises(RuntimeError, match=f"spill files hold {EXAMPLES} examples, the example stage made {EXAMPLES + 1}"):
+        write_spilled_shards(folder, SCHEMA, tmp_path / "out", MANIFEST, target_bytes=10**6, expected=EXAMPLES + 1)
+    assert not (tmp_path / "out").exists()
