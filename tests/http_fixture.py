@@ -28,6 +28,22 @@ LATIN1_PAGE = (
 ).encode("latin-1")
 
 
+# Fetch settings for servers on 127.0.0.1: no politeness delay, short timeouts, quick retries.
+FAST_FETCH = dict(
+    per_host_delay_s=0.0,
+    per_host_concurrency=16,
+    concurrency=16,
+    connect_timeout_s=2,
+    read_timeout_s=1.0,
+    total_timeout_s=2.5,
+    url_deadline_s=5,
+    max_body_bytes=2_000_000,
+    max_decoded_bytes=5_000_000,
+    backoff_s=0.1,
+    retries=2,
+)
+
+
 def extract_pages(shared_data: Path, dest: Path, count: int = 30, min_bytes: int = 20_000) -> dict[str, bytes]:
     """The first ``count`` eval pages of at least ``min_bytes`` (streamed; stops early)."""
     pages: dict[str, bytes] = {}

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from http_fixture import LocalServer, extract_pages
+from http_fixture import FAST_FETCH, LocalServer, extract_pages
 
 from corpusforge.config import FetchConfig
 from corpusforge.corpora.fetch import (
@@ -24,19 +24,7 @@ from corpusforge.corpora.fetch import (
 from corpusforge.corpora.warc import Capture, WarcFile, index_warcs, iter_captures, read_capture
 from corpusforge.pipeline.fetch import FetchDoFn
 
-FAST = dict(
-    per_host_delay_s=0.0,
-    per_host_concurrency=16,
-    concurrency=16,
-    connect_timeout_s=2,
-    read_timeout_s=1.0,
-    total_timeout_s=2.5,
-    url_deadline_s=5,
-    max_body_bytes=2_000_000,
-    max_decoded_bytes=5_000_000,
-    backoff_s=0.1,
-    retries=2,
-)
+FAST = FAST_FETCH
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import apache_beam as beam
 import pytest
 import zstandard
 from apache_beam.options.pipeline_options import PipelineOptions
-from http_fixture import LocalServer, extract_pages
+from http_fixture import FAST_FETCH, LocalServer, extract_pages
 
 from corpusforge.config import Config
 from corpusforge.corpora.document import make_id
@@ -21,19 +21,7 @@ from corpusforge.corpora.urls import canonical_url
 from corpusforge.corpora.warc import Capture, WarcFile, warc_files
 from corpusforge.pipeline.webtext import build_webtext
 
-FETCH = dict(
-    per_host_delay_s=0.0,
-    per_host_concurrency=32,
-    concurrency=32,
-    read_timeout_s=1.0,
-    total_timeout_s=2.5,
-    url_deadline_s=5,
-    max_body_bytes=2_000_000,
-    max_decoded_bytes=5_000_000,
-    backoff_s=0.1,
-    retries=2,
-    allow_networks=["127.0.0.1/32"],
-)
+FETCH = {**FAST_FETCH, "per_host_concurrency": 32, "concurrency": 32, "allow_networks": ["127.0.0.1/32"]}
 
 
 def run_job(cfg: Config, out: Path) -> tuple[list[dict], list[dict]]:
