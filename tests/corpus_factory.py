@@ -43,3 +43,58 @@ def make_books(books_dir: Path, out_dir: Path, total_bytes: int, book_bytes: int
         written += len(text.encode("utf-8"))
         count += 1
     return count
+
+
+WIKI_HEADER = """<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10" xml:lang="en">
+  <siteinfo>
+    <sitename>Wikipedia</sitename>
+    <dbname>enwiki</dbname>
+    <base>https://en.wikipedia.org/wiki/Main_Page</base>
+    <case>first-letter</case>
+    <namespaces>
+      <namespace key="0" case="first-letter" />
+      <namespace key="14" case="first-letter">Category</namespace>
+    </namespaces>
+  </siteinfo>
+"""
+
+
+def make_wikipedia(books_dir: Path, out_dir: Path, total_bytes: int, page_bytes: int = 4000, seed: int = 0) -> tuple[Path, int]:
+    """A bz2 multistream ``pages-articles`` dump (and its index) of distinct article pages of about
+    ``page_bytes`` of wikitext each, made of book paragraphs with headings, links, bold and a category:
+    many small documents, as Wikipedia has (about 6 M articles of ~3.5 KB of text), rather than a
+    few large books. Returns the dump's path and the bytes of wikitext written (at least ``total_bytes``)."""
+    from xml.sax.saxutils import escape
+
+    from corpusforge.corpora.wikipedia import build_multistream
+
+    pool = paragraphs(books_dir)
+    lengths = np.array([len(p.encode("utf-8")) + 2 for p in pool])
+    rng = np.random.default_rng(seed)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    xml = out_dir / "pages.xml"
+    written = page_id = 0
+    with open(xml, "w", encoding="utf-8") as f:
+        f.write(WIKI_HEADER)
+        while written < total_bytes:
+            page_id += 1
+            picks = rng.integers(0, len(pool), size=int(page_bytes / lengths.mean()) + 2)
+            picks = picks[np.cumsum(lengths[picks]) <= max(page_bytes, lengths[picks[0]])]
+            body = [f"'''Article {page_id}''' is a [[test page|page]] made for scale runs."]
+            for i, pick in enumerate(picks):
+                if i and i % 3 == 0:
+                    body.append(f"== Section {i // 3} ==")
+                body.append(pool[pick])
+            body.append("[[Category:Scale runs]]")
+            text = "\n\n".join(body)
+            written += len(text.encode("utf-8"))
+            f.write(
+                f"  <page>\n    <title>Article {page_id}</title>\n    <ns>0</ns>\n    <id>{page_id}</id>\n"
+                f"    <revision>\n      <id>{page_id}</id>\n      <model>wikitext</model>\n      <format>text/x-wiki</format>\n"
+                f'      <text xml:space="preserve">{escape(text)}</text>\n    </revision>\n  </page>\n'
+            )
+        f.write("</mediawiki>\n")
+    dump = out_dir / "enwiki-multistream.xml.bz2"
+    build_multistream(xml, dump, out_dir / "enwiki-multistream-index.txt.bz2")
+    xml.unlink()
+    return dump, written
