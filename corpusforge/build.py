@@ -10,7 +10,9 @@ half way never looks complete.
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
+import gc
 import json
 import logging
 import multiprocessing
@@ -149,6 +151,8 @@ def run_documents(cfg: Config, result: BuildResult, plan: Plan, made: dict[str, 
     pipeline = beam.Pipeline(options=pipeline_options(cfg.run))
     documents_graph(pipeline, cfg, work)
     pipeline.run().wait_until_finish()
+    del pipeline
+    release_freed_memory()
     counters = json.loads((work / "counters.json").read_text(encoding="utf-8")) if (work / "counters.json").is_file() else {}
     result.stats = collect_stats(out / "documents", out / "rejects")
     check_accounting(counters, result.stats)
@@ -162,6 +166,16 @@ def run_documents(cfg: Config, result: BuildResult, plan: Plan, made: dict[str, 
     documents = [entry for entry in outputs if entry["path"].startswith("documents/")]
     data = {"stats": stats_to_json(result.stats), "counters": counters, "inputs": plan.inputs}
     return Marker("documents", fingerprint(made), made, outputs, {"documents": digest(documents)}, data)
+
+
+def release_freed_memory() -> None:
+    """Hand the heap the in-process runner freed back to the system (glibc keeps it otherwise), so the
+    recount and the later stages do not stack on the runner's high-water mark."""
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def reuse_documents(marker: Marker, result: BuildResult) -> None:

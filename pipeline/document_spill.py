@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -32,9 +33,17 @@ from corpusforge.pipeline.documents_io import DOCUMENT_SCHEMA, documents_table
 SPILL_BATCH_BYTES = 8 << 20  # text per record batch: the unit read back to verify a candidate pair
 
 
+BAND_KEY_BYTES = 10  # band index (2 bytes) + 8-byte digest of the band
+
+
 @dataclass(frozen=True, slots=True)
 class DocRef:
-    """What the dedup shuffles carry instead of a document: a few hundred bytes, whatever the text size."""
+    """What the dedup shuffles carry instead of a document: a few hundred bytes, whatever the text size.
+
+    The in-process runners hold every grouped value decoded in the launcher, so a reference is kept
+    small there too: the band keys are one bytes object, and it pickles as a plain tuple whose
+    repeated strings (source, spill file) are interned when it is read back.
+    """
 
     id: str
     source: str
@@ -43,9 +52,22 @@ class DocRef:
     nbytes: int  # UTF-8 bytes of the text: sizes the output parts
     chars: int  # characters: near-dup clusters keep the longest text
     text_key: str  # exact-dedup key of the normalised text
-    bands: tuple[bytes, ...]  # MinHash LSH band keys (empty when near-dedup is off)
+    bands: bytes  # MinHash LSH band keys, BAND_KEY_BYTES each (empty when near-dedup is off)
     spill: str  # spill file path
     row: int  # row in the spill file
+
+    def band_keys(self) -> Iterator[bytes]:
+        return (self.bands[i : i + BAND_KEY_BYTES] for i in range(0, len(self.bands), BAND_KEY_BYTES))
+
+    def __reduce__(self) -> tuple:
+        return _ref, (self.id, self.source, self.key, self.url, self.nbytes, self.chars, self.text_key, self.bands, self.spill, self.row)
+
+
+def _ref(
+    doc_id: str, source: str, key: str, url: str, nbytes: int, chars: int, text_key: str, bands: bytes, spill: str, row: int
+) -> DocRef:
+    """A ``DocRef`` read back from its pickle: every reference of one spill file shares its strings."""
+    return DocRef(doc_id, sys.intern(source), key, url, nbytes, chars, text_key, bands, sys.intern(spill), row)
 
 
 def write_spill(path: Path, docs: list[Document]) -> None:
@@ -78,11 +100,11 @@ def _batches(path: str) -> Iterator[tuple[int, pa.RecordBatch]]:
             first += batch.num_rows
 
 
-def load_texts(refs: Iterable[DocRef]) -> dict[str, str]:
-    """id -> text of the referenced documents, reading only the batches that hold them."""
+def load_texts(locations: Iterable[tuple[str, str, int]]) -> dict[str, str]:
+    """id -> text of the documents at ``(id, spill file, row)``, reading only the batches that hold them."""
     rows_by_file: defaultdict[str, dict[int, str]] = defaultdict(dict)
-    for ref in refs:
-        rows_by_file[ref.spill][ref.row] = ref.id
+    for doc_id, spill, row in locations:
+        rows_by_file[spill][row] = doc_id
     texts: dict[str, str] = {}
     for path, rows in rows_by_file.items():
         wanted = sorted(rows)
@@ -142,12 +164,12 @@ class RefMaker:
             self.hasher = MinHasher(near.num_perm, near.seed, near.ngram, base_hash=near.base_hash)
             self.bands, self.rows = banding(near)
 
-    def band_keys(self, text: str) -> tuple[bytes, ...]:
+    def band_keys(self, text: str) -> bytes:
         """Band index + 8-byte digest of the band: candidates are verified, so digest collisions only cost a check."""
         if self.near is None:
-            return ()
+            return b""
         keys = band_keys(self.hasher.signature(text), self.bands, self.rows)
-        return tuple(key[:2] + hashlib.blake2b(key[2:], digest_size=8).digest() for key in keys)
+        return b"".join(key[:2] + hashlib.blake2b(key[2:], digest_size=8).digest() for key in keys)
 
     def spill(self, path: Path, docs: list[Document]) -> list[DocRef]:
         write_spill(path, docs)

@@ -23,6 +23,7 @@ bundle order or worker count.
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from itertools import combinations
 from urllib.parse import urlsplit
@@ -33,7 +34,7 @@ import numpy as np
 from corpusforge.config import NearDedupConfig
 from corpusforge.corpora.document import Reject
 from corpusforge.corpora.minhash import jaccard, s_curve_table, shingle_set
-from corpusforge.pipeline.document_spill import DocRef, banding, load_texts
+from corpusforge.pipeline.document_spill import BAND_KEY_BYTES, DocRef, banding, load_texts
 
 log = logging.getLogger(__name__)
 
@@ -42,37 +43,62 @@ KEPT = "kept"
 # A band bucket larger than this is linked as a star (+ a sorted chain) instead of all pairs: huge
 # buckets are boilerplate clones, and k^2 verified pairs would dominate the stage for no new edges.
 MAX_BUCKET_ALL_PAIRS = 64
+DOC, WEB, WIKI = "d", "w", "k"  # band member tags
+BUCKET_BYTES = 3  # band index + one byte of its digest: 256 buckets per band
 
 
-def _band_keys(ref: DocRef, tag: str) -> Iterator[tuple[bytes, tuple[str, str]]]:
-    """(band key, (tag, id)) for every LSH band of a document."""
-    for key in ref.bands:
-        yield key, (tag, ref.id)
+def _band_keys(ref: DocRef, tag: str) -> Iterator[tuple[int, bytes]]:
+    """(bucket, band key + tag + id) for every LSH band of a document.
+
+    The in-process runners hold every grouped value decoded in the launcher, with a list per distinct
+    key, and band keys are nearly all distinct; so the values are grouped under a bucket (the key's
+    first ``BUCKET_BYTES``) and each value is one bytes object. Tags are one character.
+    """
+    for key in ref.band_keys():
+        yield int.from_bytes(key[:BUCKET_BYTES], "little"), key + (tag + ref.id).encode("utf-8")
 
 
-def _bucket_pairs(item: tuple[bytes, Iterable[tuple[str, str]]]) -> Iterator[tuple[str, str]]:
-    """Candidate pairs (smaller id first) among the documents sharing one band."""
-    ids = sorted({doc_id for _, doc_id in item[1]})
-    if len(ids) <= MAX_BUCKET_ALL_PAIRS:
-        yield from combinations(ids, 2)
-        return
-    yield from ((ids[0], other) for other in ids[1:])
-    yield from zip(ids[1:], ids[2:])
+def _by_band(members: Iterable[bytes]) -> dict[bytes, set[str]]:
+    """band key -> tagged ids, for the members of one bucket."""
+    bands: defaultdict[bytes, set[str]] = defaultdict(set)
+    for member in members:
+        bands[member[:BAND_KEY_BYTES]].add(member[BAND_KEY_BYTES:].decode("utf-8"))
+    return bands
 
 
-def _cross_pairs(item: tuple[bytes, Iterable[tuple[str, str]]]) -> Iterator[tuple[str, str]]:
-    """(webtext id, wikipedia id) pairs sharing one band."""
-    members = list(item[1])
-    web = sorted({i for tag, i in members if tag == "web"})
-    wiki = sorted({i for tag, i in members if tag == "wiki"})
-    yield from ((w, k) for w in web for k in wiki)
+def _location(ref: DocRef) -> tuple[str, tuple[str, int]]:
+    """(id, (spill file, row)): what verifying a pair needs of a document, not the whole reference."""
+    return ref.id, (ref.spill, ref.row)
+
+
+def _bucket_pairs(item: tuple[int, Iterable[bytes]]) -> Iterator[tuple[str, str]]:
+    """Candidate pairs (smaller id first) among the documents sharing a band, for each band of a bucket."""
+    for members in _by_band(item[1]).values():
+        ids = sorted(member[1:] for member in members)
+        if len(ids) <= MAX_BUCKET_ALL_PAIRS:
+            yield from combinations(ids, 2)
+            continue
+        yield from ((ids[0], other) for other in ids[1:])
+        yield from zip(ids[1:], ids[2:])
+
+
+def _cross_pairs(item: tuple[int, Iterable[bytes]]) -> Iterator[tuple[str, str]]:
+    """(webtext id, wikipedia id) pairs sharing a band, for each band of a bucket."""
+    for members in _by_band(item[1]).values():
+        web = sorted(m[1:] for m in members if m[0] == WEB)
+        wiki = sorted(m[1:] for m in members if m[0] == WIKI)
+        yield from ((w, k) for w in web for k in wiki)
+
+
+Location = tuple[str, str, int]  # (id, spill file, row) of a document
 
 
 class VerifyPairs(beam.PTransform):
     """Keep candidate pairs (left id, right id) whose exact shingle Jaccard reaches the threshold.
 
-    The left reference is joined to the pair (CoGroupByKey by id) and sent to the right id, where both
-    texts are read back from the spill files, a batch of comparisons at a time: only references travel.
+    ``left`` and ``right`` are keyed ``(id, (spill file, row))``. The left location is joined to the
+    pair (CoGroupByKey by id) and sent to the right id, where both texts are read back from the spill
+    files, a batch of comparisons at a time: only locations travel.
     """
 
     def __init__(self, cfg: NearDedupConfig, left: beam.PCollection, right: beam.PCollection) -> None:
@@ -82,27 +108,27 @@ class VerifyPairs(beam.PTransform):
     def expand(self, pairs: beam.PCollection) -> beam.PCollection:
         ngram, threshold = self.cfg.ngram, self.cfg.threshold
 
-        def send_left(item: tuple[str, dict[str, list]]) -> Iterator[tuple[str, DocRef]]:
-            _, group = item
-            for left in group["ref"]:
+        def send_left(item: tuple[str, dict[str, list]]) -> Iterator[tuple[str, Location]]:
+            left_id, group = item
+            for spill, row in group["ref"]:
                 for right_id in group["pair"]:
-                    yield right_id, left
+                    yield right_id, (left_id, spill, row)
 
-        def with_right(item: tuple[str, dict[str, list]]) -> Iterator[tuple[DocRef, DocRef]]:
-            _, group = item
-            for right in group["ref"]:
+        def with_right(item: tuple[str, dict[str, list]]) -> Iterator[tuple[Location, Location]]:
+            right_id, group = item
+            for spill, row in group["ref"]:
                 for left in group["left"]:
-                    yield left, right
+                    yield left, (right_id, spill, row)
 
-        def compare(batch: list[tuple[DocRef, DocRef]]) -> Iterator[tuple[str, str]]:
-            texts = load_texts([ref for pair in batch for ref in pair])
+        def compare(batch: list[tuple[Location, Location]]) -> Iterator[tuple[str, str]]:
+            texts = load_texts([location for pair in batch for location in pair])
             shingles: dict[str, np.ndarray] = {}
             for left, right in batch:
-                for ref in (left, right):
-                    if ref.id not in shingles:
-                        shingles[ref.id] = shingle_set(texts[ref.id], ngram)
-                if jaccard(shingles[left.id], shingles[right.id]) >= threshold:
-                    yield left.id, right.id
+                for doc_id, _, _ in (left, right):
+                    if doc_id not in shingles:
+                        shingles[doc_id] = shingle_set(texts[doc_id], ngram)
+                if jaccard(shingles[left[0]], shingles[right[0]]) >= threshold:
+                    yield left[0], right[0]
 
         halves = {"pair": pairs, "ref": self.left} | "JoinLeft" >> beam.CoGroupByKey() | "SendLeft" >> beam.FlatMap(send_left)
         return (
@@ -260,13 +286,13 @@ class NearDedup(beam.PTransform):
         log.info("near_dedup: threshold %.2f, num_perm %d\n%s", cfg.threshold, cfg.num_perm, s_curve_table(bands, rows))
         pairs = (
             docs
-            | "BandKeys" >> beam.FlatMap(_band_keys, "doc")
+            | "BandKeys" >> beam.FlatMap(_band_keys, DOC)
             | "ByBand" >> beam.GroupByKey()
             | "BucketPairs" >> beam.FlatMap(_bucket_pairs)
             | "DistinctPairs" >> beam.Distinct()
         )
         if cfg.verify:
-            by_id = docs | "ById" >> beam.Map(lambda r: (r.id, r))
+            by_id = docs | "ById" >> beam.Map(_location)
             pairs = pairs | "Verify" >> VerifyPairs(cfg, by_id, by_id)
         labels = pairs | "Components" >> ConnectedComponents(cfg.max_component_rounds)
         lengths = docs | "Lengths" >> beam.Map(lambda r: (r.id, r.chars))
@@ -307,8 +333,8 @@ class WikipediaRemoval(beam.PTransform):
         elsewhere = web | "NotOnWikipedia" >> beam.Filter(lambda d: not on_wikipedia(d.url, domains))
         pairs = (
             (
-                elsewhere | "WebBands" >> beam.FlatMap(_band_keys, "web"),
-                wiki | "WikiBands" >> beam.FlatMap(_band_keys, "wiki"),
+                elsewhere | "WebBands" >> beam.FlatMap(_band_keys, WEB),
+                wiki | "WikiBands" >> beam.FlatMap(_band_keys, WIKI),
             )
             | "AllBands" >> beam.Flatten()
             | "ByBand" >> beam.GroupByKey()
@@ -316,8 +342,8 @@ class WikipediaRemoval(beam.PTransform):
             | "DistinctPairs" >> beam.Distinct()
         )
         if cfg.verify:
-            web_refs = elsewhere | "WebById" >> beam.Map(lambda r: (r.id, r))
-            wiki_refs = wiki | "WikiById" >> beam.Map(lambda r: (r.id, r))
+            web_refs = elsewhere | "WebById" >> beam.Map(_location)
+            wiki_refs = wiki | "WikiById" >> beam.Map(_location)
             pairs = pairs | "Verify" >> VerifyPairs(cfg, web_refs, wiki_refs)
         near_rejects = pairs | "NearReject" >> beam.Map(lambda p: (p[0], ("wikipedia_near_duplicate", p[1])))
         rejects = (url_rejects, near_rejects) | "AllRejects" >> beam.Flatten()

@@ -148,9 +148,9 @@ def parts_for(total: int, per_part: int) -> int:
     return max(1, math.ceil(total / per_part))
 
 
-def _rows(item: tuple[str, Iterable[DocRef]]) -> tuple[str, list[tuple[int, str, int]]]:
+def _rows(item: tuple[str, Iterable[tuple[int, str, int]]]) -> tuple[str, list[tuple[int, str, int]]]:
     """A spill file's surviving (row, id, bytes)."""
-    return item[0], sorted((r.row, r.id, r.nbytes) for r in item[1])
+    return item[0], sorted(item[1])
 
 
 def _part_count(item: tuple[int, Iterable[tuple[str, int]]], part_bytes: int) -> Iterator[tuple[str, int]]:
@@ -196,7 +196,12 @@ class WriteDocuments(beam.PTransform):
         self.directory, self.scatter_dir, self.part_bytes = directory, scatter_dir, part_bytes
 
     def expand(self, refs: beam.PCollection) -> beam.PCollection:
-        rows = refs | "BySpillFile" >> beam.Map(lambda r: (r.spill, r)) | "GroupSpill" >> beam.GroupByKey() | "Rows" >> beam.Map(_rows)
+        rows = (
+            refs
+            | "BySpillFile" >> beam.Map(lambda r: (r.spill, (r.row, r.id, r.nbytes)))
+            | "GroupSpill" >> beam.GroupByKey()
+            | "Rows" >> beam.Map(_rows)
+        )
         parts = (
             rows
             | "FileBytes" >> beam.Map(lambda item: (0, (item[0], sum(size for _, _, size in item[1]))))

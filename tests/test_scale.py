@@ -61,6 +61,22 @@ def test_references_carry_no_text(small_books: Path, tmp_path: Path) -> None:
     assert len(pickle.dumps(ref)) < 1_000 < len(huge.text)
 
 
+def test_references_read_back_share_their_file_strings(tmp_path: Path) -> None:
+    """The in-process runners hold grouped values decoded in the launcher: references of one spill file
+    share its path and source strings once unpickled, and pickle without field names."""
+    from corpusforge.config import NearDedupConfig
+    from corpusforge.corpora.document import Document
+    from corpusforge.pipeline.document_spill import RefMaker
+
+    docs = [Document(f"books:{i}", "books", f"t{i}", f"word{i} " * 50) for i in range(2)]
+    refs = RefMaker(NearDedupConfig()).spill(tmp_path / "spill.arrow", docs)
+    back = [pickle.loads(pickle.dumps(ref)) for ref in refs]
+    assert back == refs
+    assert back[0].spill is back[1].spill and back[0].source is back[1].source
+    assert b"text_key" not in pickle.dumps(refs[0])
+    assert len(list(refs[0].band_keys())) == len(refs[0].bands) // 10 > 1
+
+
 def test_parts_are_sized_by_bytes(small_books: Path, tmp_path: Path) -> None:
     part_bytes = 100_000
     result = build(tmp_path / "out", small_books, 'run.direct_running_mode="in_memory"', f"run.part_bytes={part_bytes}")
