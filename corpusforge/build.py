@@ -88,7 +88,7 @@ def documents_graph(p: beam.Pipeline, cfg: Config, work: Path) -> None:
     references go through the dedup shuffles, and every input record ends as a document or a reject."""
     stages = set(cfg.run.stages)
     out = cfg.run.output_dir.resolve()
-    spill = str(work / "spill")
+    spill, shuffle = str(work / "spill"), str(work / "shuffle")
     clean = cfg.clean if "clean" in stages else None
     near = cfg.near_dedup if "near_dedup" in stages else None
     reads, listed = [], Counter()
@@ -113,31 +113,33 @@ def documents_graph(p: beam.Pipeline, cfg: Config, work: Path) -> None:
     refs, rejects, read_counters = split_kinds(reads | "AllSources" >> beam.Flatten(), "Read")
     reject_streams = [rejects]
     if "dedup" in stages and cfg.dedup.exact:
-        refs, duplicates = refs | "ExactDedup" >> ExactDedup()
+        refs, duplicates = refs | "ExactDedup" >> ExactDedup(shuffle)
         reject_streams.append(duplicates)
     if "near_dedup" in stages:
         from corpusforge.pipeline.near_dedup import KEPT, REJECTS, NearDedup
 
-        near_out = refs | "NearDedup" >> NearDedup(cfg.near_dedup)
+        near_out = refs | "NearDedup" >> NearDedup(cfg.near_dedup, shuffle)
         refs = near_out[KEPT]
         reject_streams.append(near_out[REJECTS])
     if "webtext" in stages and "wikipedia" in stages:
-        refs = remove_wikipedia_from_webtext(refs, reject_streams, cfg)
-    document_counters = refs | "WriteDocuments" >> WriteDocuments(str(out / "documents"), str(work / "scatter"), cfg.run.part_bytes)
+        refs = remove_wikipedia_from_webtext(refs, reject_streams, cfg, shuffle)
+    document_counters = refs | "WriteDocuments" >> WriteDocuments(
+        str(out / "documents"), str(work / "scatter"), cfg.run.part_bytes, shuffle
+    )
     reject_counters = (
         reject_streams | "AllRejects" >> beam.Flatten() | "WriteRejects" >> WriteRejects(str(out / "rejects"), cfg.run.reject_parts)
     )
     write_counters({"read": read_counters, "documents": document_counters, "rejects": reject_counters}, str(work / "counters.json"))
 
 
-def remove_wikipedia_from_webtext(refs: beam.PCollection, reject_streams: list, cfg: Config) -> beam.PCollection:
+def remove_wikipedia_from_webtext(refs: beam.PCollection, reject_streams: list, cfg: Config, shuffle: str) -> beam.PCollection:
     """GPT-2 kept Wikipedia out of WebText: drop WebText pages on Wikipedia or near-duplicating it."""
     from corpusforge.pipeline.near_dedup import KEPT, REJECTS, WikipediaRemoval
 
     web = refs | "WebTextRefs" >> beam.Filter(lambda r: r.source == "webtext")
     wikipedia = refs | "WikipediaRefs" >> beam.Filter(lambda r: r.source == "wikipedia")
     others = refs | "OtherRefs" >> beam.Filter(lambda r: r.source != "webtext")
-    removal = web | "RemoveWikipedia" >> WikipediaRemoval(wikipedia, cfg.near_dedup)
+    removal = web | "RemoveWikipedia" >> WikipediaRemoval(wikipedia, cfg.near_dedup, shuffle)
     reject_streams.append(removal[REJECTS])
     return (removal[KEPT], others) | "WithoutWikipedia" >> beam.Flatten()
 

@@ -35,6 +35,7 @@ from corpusforge.config import NearDedupConfig
 from corpusforge.corpora.document import Reject
 from corpusforge.corpora.minhash import jaccard, s_curve_table, shingle_set
 from corpusforge.pipeline.document_spill import BAND_KEY_BYTES, DocRef, banding, load_texts
+from corpusforge.pipeline.file_shuffle import FileCoGroupByKey, FileGroupByKey
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +102,9 @@ class VerifyPairs(beam.PTransform):
     files, a batch of comparisons at a time: only locations travel.
     """
 
-    def __init__(self, cfg: NearDedupConfig, left: beam.PCollection, right: beam.PCollection) -> None:
+    def __init__(self, cfg: NearDedupConfig, left: beam.PCollection, right: beam.PCollection, shuffle_dir: str | None = None) -> None:
         super().__init__()
-        self.cfg, self.left, self.right = cfg, left, right
+        self.cfg, self.left, self.right, self.shuffle_dir = cfg, left, right, shuffle_dir
 
     def expand(self, pairs: beam.PCollection) -> beam.PCollection:
         ngram, threshold = self.cfg.ngram, self.cfg.threshold
@@ -130,10 +131,12 @@ class VerifyPairs(beam.PTransform):
                 if jaccard(shingles[left[0]], shingles[right[0]]) >= threshold:
                     yield left[0], right[0]
 
-        halves = {"pair": pairs, "ref": self.left} | "JoinLeft" >> beam.CoGroupByKey() | "SendLeft" >> beam.FlatMap(send_left)
+        halves = (
+            {"pair": pairs, "ref": self.left} | "JoinLeft" >> FileCoGroupByKey(self.shuffle_dir) | "SendLeft" >> beam.FlatMap(send_left)
+        )
         return (
             {"left": halves, "ref": self.right}
-            | "JoinRight" >> beam.CoGroupByKey()
+            | "JoinRight" >> FileCoGroupByKey(self.shuffle_dir)
             | "WithRight" >> beam.FlatMap(with_right)
             | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=256)
             | "Compare" >> beam.FlatMap(compare)
@@ -264,21 +267,25 @@ def _keep_or_reject(item: tuple[str, dict[str, list]]) -> Iterator[object]:
             yield ref
 
 
-def _split(refs: beam.PCollection, rejects: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+def _split(refs: beam.PCollection, rejects: beam.PCollection, shuffle_dir: str | None) -> beam.pvalue.DoOutputsTuple:
     keyed = refs | "KeyRefs" >> beam.Map(lambda r: (r.id, r))
     return (
         {"ref": keyed, "reject": rejects}
-        | "JoinRejects" >> beam.CoGroupByKey()
+        | "JoinRejects" >> FileCoGroupByKey(shuffle_dir)
         | "Split" >> beam.FlatMap(_keep_or_reject).with_outputs(REJECTS, main=KEPT)
     )
 
 
 class NearDedup(beam.PTransform):
-    """PCollection[DocRef] -> tagged outputs ``kept`` (DocRef) and ``rejects`` (near_duplicate)."""
+    """PCollection[DocRef] -> tagged outputs ``kept`` (DocRef) and ``rejects`` (near_duplicate).
 
-    def __init__(self, cfg: NearDedupConfig | None = None) -> None:
+    With ``shuffle_dir`` the shuffles that carry an element per document go through files there
+    (``pipeline.file_shuffle``); the others carry candidate pairs only.
+    """
+
+    def __init__(self, cfg: NearDedupConfig | None = None, shuffle_dir: str | None = None) -> None:
         super().__init__()
-        self.cfg = cfg or NearDedupConfig()
+        self.cfg, self.shuffle_dir = cfg or NearDedupConfig(), shuffle_dir
 
     def expand(self, docs: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         cfg = self.cfg
@@ -287,24 +294,24 @@ class NearDedup(beam.PTransform):
         pairs = (
             docs
             | "BandKeys" >> beam.FlatMap(_band_keys, DOC)
-            | "ByBand" >> beam.GroupByKey()
+            | "ByBand" >> FileGroupByKey(self.shuffle_dir)
             | "BucketPairs" >> beam.FlatMap(_bucket_pairs)
             | "DistinctPairs" >> beam.Distinct()
         )
         if cfg.verify:
             by_id = docs | "ById" >> beam.Map(_location)
-            pairs = pairs | "Verify" >> VerifyPairs(cfg, by_id, by_id)
+            pairs = pairs | "Verify" >> VerifyPairs(cfg, by_id, by_id, self.shuffle_dir)
         labels = pairs | "Components" >> ConnectedComponents(cfg.max_component_rounds)
         lengths = docs | "Lengths" >> beam.Map(lambda r: (r.id, r.chars))
         duplicates = (
             {"label": labels, "length": lengths}
-            | "JoinLengths" >> beam.CoGroupByKey()
+            | "JoinLengths" >> FileCoGroupByKey(self.shuffle_dir)
             | "ByComponent" >> beam.FlatMap(lambda it: [(lab, (it[0], n)) for lab in it[1]["label"] for n in it[1]["length"]])
             | "GroupComponent" >> beam.GroupByKey()
             | "Representative" >> beam.FlatMap(_representatives)
             | "AsReject" >> beam.Map(lambda dr: (dr[0], ("near_duplicate", dr[1])))
         )
-        return _split(docs, duplicates)
+        return _split(docs, duplicates, self.shuffle_dir)
 
 
 def on_wikipedia(url: str, domains: Iterable[str]) -> bool:
@@ -318,9 +325,9 @@ class WikipediaRemoval(beam.PTransform):
     of a Wikipedia article (``wikipedia_near_duplicate``, detail = the article's id), as GPT-2 did to keep
     the common evaluation sets out of its training text."""
 
-    def __init__(self, wikipedia_docs: beam.PCollection, cfg: NearDedupConfig | None = None) -> None:
+    def __init__(self, wikipedia_docs: beam.PCollection, cfg: NearDedupConfig | None = None, shuffle_dir: str | None = None) -> None:
         super().__init__()
-        self.wikipedia_docs, self.cfg = wikipedia_docs, cfg or NearDedupConfig()
+        self.wikipedia_docs, self.cfg, self.shuffle_dir = wikipedia_docs, cfg or NearDedupConfig(), shuffle_dir
 
     def expand(self, web: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         cfg, wiki = self.cfg, self.wikipedia_docs
@@ -337,17 +344,17 @@ class WikipediaRemoval(beam.PTransform):
                 wiki | "WikiBands" >> beam.FlatMap(_band_keys, WIKI),
             )
             | "AllBands" >> beam.Flatten()
-            | "ByBand" >> beam.GroupByKey()
+            | "ByBand" >> FileGroupByKey(self.shuffle_dir)
             | "CrossPairs" >> beam.FlatMap(_cross_pairs)
             | "DistinctPairs" >> beam.Distinct()
         )
         if cfg.verify:
             web_refs = elsewhere | "WebById" >> beam.Map(_location)
             wiki_refs = wiki | "WikiById" >> beam.Map(_location)
-            pairs = pairs | "Verify" >> VerifyPairs(cfg, web_refs, wiki_refs)
+            pairs = pairs | "Verify" >> VerifyPairs(cfg, web_refs, wiki_refs, self.shuffle_dir)
         near_rejects = pairs | "NearReject" >> beam.Map(lambda p: (p[0], ("wikipedia_near_duplicate", p[1])))
         rejects = (url_rejects, near_rejects) | "AllRejects" >> beam.Flatten()
-        return _split(web, rejects)
+        return _split(web, rejects, self.shuffle_dir)
 
 
 def wikipedia_removal(

@@ -29,6 +29,7 @@ from corpusforge.files import write_json_atomic
 from corpusforge.hashing import stable_hash
 from corpusforge.pipeline.document_spill import DocRef, RefMaker, gather_part, scatter
 from corpusforge.pipeline.documents_io import PART_PATTERN, part_of, rejects_table, write_table_atomic
+from corpusforge.pipeline.file_shuffle import FileGroupByKey
 
 log = logging.getLogger(__name__)
 REF, REJECT, COUNTERS = "ref", "reject", "counters"
@@ -132,13 +133,20 @@ def _keep_first(item: tuple[str, Iterable[DocRef]]) -> Iterator[tuple[str, objec
 
 
 class ExactDedup(beam.PTransform):
-    """Exact duplicates on normalised text (the key each ``DocRef`` carries), across all sources."""
+    """Exact duplicates on normalised text (the key each ``DocRef`` carries), across all sources.
+
+    With ``shuffle_dir`` the references are grouped through files there (``pipeline.file_shuffle``).
+    """
+
+    def __init__(self, shuffle_dir: str | None = None) -> None:
+        super().__init__()
+        self.shuffle_dir = shuffle_dir
 
     def expand(self, refs: beam.PCollection) -> tuple[beam.PCollection, beam.PCollection]:
         grouped = (
             refs
             | "ByTextKey" >> beam.Map(lambda r: (r.text_key, r))
-            | "GroupByText" >> beam.GroupByKey()
+            | "GroupByText" >> FileGroupByKey(self.shuffle_dir)
             | "KeepFirst" >> beam.FlatMap(_keep_first)
         )
         return grouped | "Kept" >> beam.FlatMap(only, REF), grouped | "Duplicates" >> beam.FlatMap(only, REJECT)
@@ -191,15 +199,15 @@ class WriteDocuments(beam.PTransform):
     Yields one counters dict per part.
     """
 
-    def __init__(self, directory: str, scatter_dir: str, part_bytes: int) -> None:
+    def __init__(self, directory: str, scatter_dir: str, part_bytes: int, shuffle_dir: str | None = None) -> None:
         super().__init__()
-        self.directory, self.scatter_dir, self.part_bytes = directory, scatter_dir, part_bytes
+        self.directory, self.scatter_dir, self.part_bytes, self.shuffle_dir = directory, scatter_dir, part_bytes, shuffle_dir
 
     def expand(self, refs: beam.PCollection) -> beam.PCollection:
         rows = (
             refs
             | "BySpillFile" >> beam.Map(lambda r: (r.spill, (r.row, r.id, r.nbytes)))
-            | "GroupSpill" >> beam.GroupByKey()
+            | "GroupSpill" >> FileGroupByKey(self.shuffle_dir)
             | "Rows" >> beam.Map(_rows)
         )
         parts = (
