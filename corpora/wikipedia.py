@@ -68,8 +68,15 @@ class _SiteInfo:
     media_prefixes: set[str] = field(default_factory=set)  # localized File: / Category: names
 
 
-def plan_ranges(path: Path, index_path: Path | None = None, streams_per_range: int = 100) -> list[DumpRange]:
-    """Byte ranges that together cover a dump; many only for a multistream dump with its index."""
+MIN_RANGES = 32  # byte ranges a multistream dump is read in at least (when it has that many streams)
+
+
+def plan_ranges(path: Path, index_path: Path | None = None, streams_per_range: int = 100, min_ranges: int = MIN_RANGES) -> list[DumpRange]:
+    """Byte ranges that together cover a dump; many only for a multistream dump with its index.
+
+    A range is ``streams_per_range`` streams, or fewer when that would give under ``min_ranges``
+    ranges: a dump of a few hundred streams is still read by every worker, not by three of them.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"Wikipedia dump not found: {path}")
@@ -87,7 +94,7 @@ def plan_ranges(path: Path, index_path: Path | None = None, streams_per_range: i
     offsets = read_stream_offsets(index_path)
     if not offsets:
         raise ValueError(f"multistream index has no entries: {index_path}")
-    starts = offsets[::streams_per_range]
+    starts = offsets[:: min(streams_per_range, max(1, len(offsets) // min_ranges))]
     ends: list[int | None] = [*starts[1:], None]
     return [DumpRange(str(path), start, end, "multistream") for start, end in zip(starts, ends)]
 

@@ -72,7 +72,9 @@ class WikipediaConfig(Section):
         description="pages-articles dumps: .xml, .xml.bz2 or multistream .xml.bz2 (its -index.txt.bz2 found beside it)",
     )
     index_paths: list[Path] = Field(default_factory=list, description="multistream index files, when not beside their dump")
-    streams_per_range: int = Field(100, description="multistream bz2 streams per parallel byte range")
+    streams_per_range: int = Field(
+        100, description="multistream bz2 streams per parallel byte range (fewer when the dump would give under 32 ranges)"
+    )
     keep_headings: bool = Field(True, description="keep section headings, each as its own paragraph")
     drop_disambiguation: bool = Field(True, description="reject disambiguation pages (reason: disambiguation)")
 

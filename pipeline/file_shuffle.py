@@ -88,7 +88,7 @@ class FileGroupByKey(beam.PTransform):
     def expand(self, pairs: beam.PCollection) -> beam.PCollection:
         if self.folder is None:
             return pairs | "GroupByKey" >> beam.GroupByKey()
-        folder = f"{self.folder.rstrip('/')}/{uuid.uuid4().hex}"  # one folder per use in the graph
+        folder = _unique(self.folder)
         return (
             pairs
             | "WriteBuckets" >> beam.ParDo(_WriteBuckets(folder, self.buckets))
@@ -98,7 +98,11 @@ class FileGroupByKey(beam.PTransform):
 
 
 class FileCoGroupByKey(beam.PTransform):
-    """``beam.CoGroupByKey()`` on a dict of keyed PCollections: (key, {name: [values]}), through files."""
+    """``beam.CoGroupByKey()`` on a dict of keyed PCollections: (key, {name: [values]}), through files.
+
+    Each input writes its own bucket files where it is produced (a Flatten before writing would have
+    the runner gather every element first); only the file names are flattened.
+    """
 
     def __init__(self, folder: str | None, buckets: int = BUCKETS) -> None:
         super().__init__()
@@ -107,8 +111,13 @@ class FileCoGroupByKey(beam.PTransform):
     def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
         if self.folder is None:
             return inputs | "CoGroupByKey" >> beam.CoGroupByKey()
-        names = list(inputs)
-        tagged = [pcoll | f"Tag{name.title()}" >> beam.Map(lambda kv, n: (kv[0], (n, kv[1])), name) for name, pcoll in inputs.items()]
+        folder, names = _unique(self.folder), list(inputs)
+        files = [
+            pcoll
+            | f"Tag{name.title()}" >> beam.Map(lambda kv, n: (kv[0], (n, kv[1])), name)
+            | f"Write{name.title()}" >> beam.ParDo(_WriteBuckets(folder, self.buckets))
+            for name, pcoll in inputs.items()
+        ]
 
         def split(item: tuple[Any, list[tuple[str, Any]]]) -> tuple[Any, dict[str, list]]:
             key, values = item
@@ -117,4 +126,15 @@ class FileCoGroupByKey(beam.PTransform):
                 out[name].append(value)
             return key, out
 
-        return tagged | "Tagged" >> beam.Flatten() | "Group" >> FileGroupByKey(self.folder, self.buckets) | "Split" >> beam.Map(split)
+        return (
+            files
+            | "AllFiles" >> beam.Flatten()
+            | "FilesByBucket" >> beam.GroupByKey()
+            | "GroupBucket" >> beam.FlatMap(_group_bucket)
+            | "Split" >> beam.Map(split)
+        )
+
+
+def _unique(folder: str) -> str:
+    """A folder of its own for each shuffle in the graph."""
+    return f"{folder.rstrip('/')}/{uuid.uuid4().hex}"

@@ -99,9 +99,11 @@ def test_multistream_ranges_read_like_the_whole_file(multistream: Path, enwiki_r
         with open(multistream, "rb") as f:
             f.seek(offset)
             assert bz2.BZ2Decompressor().decompress(f.read(1 << 20)).lstrip().startswith(b"<page>")
-    ranges = plan_ranges(multistream, streams_per_range=3)  # index found beside the dump
+    ranges = plan_ranges(multistream, streams_per_range=3, min_ranges=1)  # index found beside the dump
     assert len(ranges) == 7 and all(r.kind == "multistream" for r in ranges)
-    assert ranges == plan_ranges(multistream, index, streams_per_range=3)
+    assert ranges == plan_ranges(multistream, index, streams_per_range=3, min_ranges=1)
+    assert len(plan_ranges(multistream, streams_per_range=3, min_ranges=10)) == 11  # 2 streams a range: 10 workers busy
+    assert len(plan_ranges(multistream)) == 21  # fewer streams than MIN_RANGES: one range each
     assert pickle.loads(pickle.dumps(ranges)) == ranges
     assert [r.end for r in ranges[:-1]] == [r.start for r in ranges[1:]] and ranges[-1].end is None
     parts = [list(read_range(r)) for r in reversed(ranges)]  # any order, any worker
