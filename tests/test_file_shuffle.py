@@ -1,0 +1,72 @@
+"""FileGroupByKey / FileCoGroupByKey group exactly as Beam's GroupByKey / CoGroupByKey, through files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that, equal_to
+
+from corpusforge.pipeline import file_shuffle
+from corpusforge.pipeline.file_shuffle import FileCoGroupByKey, FileGroupByKey, bucket_of
+
+PAIRS = [(f"k{i % 37}", (i, "v" * (i % 5))) for i in range(1_000)] + [(b"\x00bytes", 1), (7, "int key")]
+
+
+def _sorted_groups(item):
+    key, values = item
+    return key, sorted(values, key=repr)
+
+
+def _run(graph) -> None:
+    """In this process (in_memory), so a patched flush size reaches the DoFn."""
+    with beam.Pipeline(options=PipelineOptions(["--direct_running_mode=in_memory"])) as p:
+        graph(p)
+
+
+def test_file_group_by_key_groups_like_beam(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(file_shuffle, "FLUSH_ELEMENTS", 50)  # many files per bucket
+    expected = {}
+    for key, value in PAIRS:
+        expected.setdefault(key, []).append(value)
+
+    def graph(p):
+        pairs = p | beam.Create(PAIRS)
+        ours = pairs | "Files" >> FileGroupByKey(str(tmp_path / "shuffle"), buckets=8) | "SortOurs" >> beam.Map(_sorted_groups)
+        assert_that(ours, equal_to([_sorted_groups(item) for item in expected.items()]))
+
+    _run(graph)
+    files = list((tmp_path / "shuffle").rglob("*.pickle"))
+    assert len(files) > 8 and {f.parent.name for f in files} <= {f"{b:05d}" for b in range(8)}
+
+
+def test_file_co_group_by_key_groups_like_beam(tmp_path: Path) -> None:
+    left = [(f"id{i}", i) for i in range(100)]
+    right = [(f"id{i}", f"r{i}") for i in range(50, 150)] + [("id60", "again")]
+
+    def graph(p):
+        inputs = {"left": p | "L" >> beam.Create(left), "right": p | "R" >> beam.Create(right)}
+        ours = inputs | "Files" >> FileCoGroupByKey(str(tmp_path / "shuffle"), buckets=4)
+        theirs = inputs | "Beam" >> beam.CoGroupByKey()
+        normal = lambda kv: (kv[0], {name: sorted(values, key=repr) for name, values in kv[1].items()})  # noqa: E731
+        joined = ({"ours": ours | "N1" >> beam.Map(normal), "theirs": theirs | "N2" >> beam.Map(normal)}) | "Both" >> beam.CoGroupByKey()
+        assert_that(
+            joined | "Same" >> beam.Map(lambda kv: kv[1]["ours"] == kv[1]["theirs"] and len(kv[1]["ours"]) == 1), equal_to([True] * 150)
+        )
+
+    _run(graph)
+
+
+def test_without_a_folder_it_is_beams_own(tmp_path: Path) -> None:
+    def graph(p):
+        grouped = p | beam.Create(PAIRS[:10]) | FileGroupByKey(None) | beam.Map(_sorted_groups)
+        assert_that(grouped | beam.Map(lambda kv: kv[0]), equal_to(sorted({k for k, _ in PAIRS[:10]})))
+
+    _run(graph)
+    assert not (tmp_path / "shuffle").exists()
+
+
+def test_buckets_are_the_same_in_every_process() -> None:
+    assert bucket_of("abc") == bucket_of("abc") and 0 <= bucket_of(b"x", 8) < 8
+    assert len({bucket_of(f"k{i}") for i in range(1_000)}) == file_shuffle.BUCKETS
