@@ -116,3 +116,18 @@ def test_is_bad_near_non_ascii_equals_ftfys_full_search(text) -> None:
     assert is_bad(text) == ftfy.badness.is_bad(text)
     padded = "plain ascii " * 5 + text + " more ascii" * 5  # windows away from the text's ends
     assert is_bad(padded) == ftfy.badness.is_bad(padded)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(MOJIBAKE_PIECES), max_size=60).map("".join))
+def test_ftfy_repairs_the_same_with_the_windowed_check(text) -> None:
+    """ftfy's repairs call the windowed ``is_bad`` (installed at import): the same text as with its own."""
+    from corpusforge.corpora.clean import _FTFY, is_bad
+
+    assert ftfy.is_bad is is_bad
+    ours = ftfy.fix_text(text, _FTFY)
+    ftfy.is_bad = ftfy.badness.is_bad
+    try:
+        assert ours == ftfy.fix_text(text, _FTFY)
+    finally:
+        ftfy.is_bad = is_bad
