@@ -23,7 +23,6 @@ bundle order or worker count.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from itertools import combinations
 from urllib.parse import urlsplit
@@ -34,7 +33,7 @@ import numpy as np
 from corpusforge.config import NearDedupConfig
 from corpusforge.corpora.document import Reject
 from corpusforge.corpora.minhash import jaccard, s_curve_table, shingle_set
-from corpusforge.pipeline.document_spill import BAND_KEY_BYTES, DocRef, banding, load_texts
+from corpusforge.pipeline.document_spill import DocRef, banding, load_texts
 from corpusforge.pipeline.file_shuffle import FileCoGroupByKey, FileGroupByKey
 
 log = logging.getLogger(__name__)
@@ -45,26 +44,12 @@ KEPT = "kept"
 # buckets are boilerplate clones, and k^2 verified pairs would dominate the stage for no new edges.
 MAX_BUCKET_ALL_PAIRS = 64
 DOC, WEB, WIKI = "d", "w", "k"  # band member tags
-BUCKET_BYTES = 3  # band index + one byte of its digest: 256 buckets per band
 
 
-def _band_keys(ref: DocRef, tag: str) -> Iterator[tuple[int, bytes]]:
-    """(bucket, band key + tag + id) for every LSH band of a document.
-
-    The in-process runners hold every grouped value decoded in the launcher, with a list per distinct
-    key, and band keys are nearly all distinct; so the values are grouped under a bucket (the key's
-    first ``BUCKET_BYTES``) and each value is one bytes object. Tags are one character.
-    """
+def _band_keys(ref: DocRef, tag: str) -> Iterator[tuple[bytes, str]]:
+    """(band key, tag + id) for every LSH band of a document (tags are one character)."""
     for key in ref.band_keys():
-        yield int.from_bytes(key[:BUCKET_BYTES], "little"), key + (tag + ref.id).encode("utf-8")
-
-
-def _by_band(members: Iterable[bytes]) -> dict[bytes, set[str]]:
-    """band key -> tagged ids, for the members of one bucket."""
-    bands: defaultdict[bytes, set[str]] = defaultdict(set)
-    for member in members:
-        bands[member[:BAND_KEY_BYTES]].add(member[BAND_KEY_BYTES:].decode("utf-8"))
-    return bands
+        yield key, tag + ref.id
 
 
 def _location(ref: DocRef) -> tuple[str, tuple[str, int]]:
@@ -72,23 +57,22 @@ def _location(ref: DocRef) -> tuple[str, tuple[str, int]]:
     return ref.id, (ref.spill, ref.row)
 
 
-def _bucket_pairs(item: tuple[int, Iterable[bytes]]) -> Iterator[tuple[str, str]]:
-    """Candidate pairs (smaller id first) among the documents sharing a band, for each band of a bucket."""
-    for members in _by_band(item[1]).values():
-        ids = sorted(member[1:] for member in members)
-        if len(ids) <= MAX_BUCKET_ALL_PAIRS:
-            yield from combinations(ids, 2)
-            continue
-        yield from ((ids[0], other) for other in ids[1:])
-        yield from zip(ids[1:], ids[2:])
+def _bucket_pairs(item: tuple[bytes, Iterable[str]]) -> Iterator[tuple[str, str]]:
+    """Candidate pairs (smaller id first) among the documents sharing one band."""
+    ids = sorted({member[1:] for member in item[1]})
+    if len(ids) <= MAX_BUCKET_ALL_PAIRS:
+        yield from combinations(ids, 2)
+        return
+    yield from ((ids[0], other) for other in ids[1:])
+    yield from zip(ids[1:], ids[2:])
 
 
-def _cross_pairs(item: tuple[int, Iterable[bytes]]) -> Iterator[tuple[str, str]]:
-    """(webtext id, wikipedia id) pairs sharing a band, for each band of a bucket."""
-    for members in _by_band(item[1]).values():
-        web = sorted(m[1:] for m in members if m[0] == WEB)
-        wiki = sorted(m[1:] for m in members if m[0] == WIKI)
-        yield from ((w, k) for w in web for k in wiki)
+def _cross_pairs(item: tuple[bytes, Iterable[str]]) -> Iterator[tuple[str, str]]:
+    """(webtext id, wikipedia id) pairs sharing one band."""
+    members = set(item[1])
+    web = sorted(m[1:] for m in members if m[0] == WEB)
+    wiki = sorted(m[1:] for m in members if m[0] == WIKI)
+    yield from ((w, k) for w in web for k in wiki)
 
 
 Location = tuple[str, str, int]  # (id, spill file, row) of a document

@@ -165,22 +165,22 @@ def test_wikipedia_removal_both_reasons(words, other_words, tmp_path):
     ]
 
 
-# Keys that share a bucket (their first 3 bytes) without being equal, and equal keys.
+# Keys that share leading bytes without being equal, and equal keys.
 BAND_KEYS = [bytes([i % 2, 0, i % 3, i, 0, 0, 0, 0, 0, 0]) for i in range(8)]
 
 
 @given(st.lists(st.tuples(st.sampled_from(BAND_KEYS), st.sampled_from(["a", "b", "c", "d", "e"])), max_size=60))
-def test_bucketed_band_members_give_the_pairs_of_each_band_key(members) -> None:
-    """Band members grouped under a bucket (a key prefix) give exactly the pairs grouped by band key."""
+def test_band_members_give_the_pairs_of_each_band_key(members) -> None:
+    """Tagged band members grouped by band key give exactly the id pairs of each key."""
     from collections import defaultdict
     from itertools import combinations
 
-    from corpusforge.pipeline.near_dedup import BUCKET_BYTES, DOC, _bucket_pairs
+    from corpusforge.pipeline.near_dedup import DOC, _bucket_pairs
 
-    buckets: defaultdict[int, list[bytes]] = defaultdict(list)
+    buckets: defaultdict[bytes, list[str]] = defaultdict(list)
     by_key: defaultdict[bytes, set[str]] = defaultdict(set)
     for key, doc_id in members:
-        buckets[int.from_bytes(key[:BUCKET_BYTES], "little")].append(key + (DOC + doc_id).encode())
+        buckets[key].append(DOC + doc_id)
         by_key[key].add(doc_id)
     expected = sorted(pair for ids in by_key.values() for pair in combinations(sorted(ids), 2))
     assert sorted(pair for item in buckets.items() for pair in _bucket_pairs(item)) == expected
