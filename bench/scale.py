@@ -4,8 +4,10 @@ Makes corpora of distinct ~1 MB books from the shared Gutenberg books' paragraph
 paragraphs skipped), runs the full default build (books -> clean -> dedup -> near_dedup -> documents
 -> vocab -> bert -> gpt) on each as a separate ``corpusforge build`` process, and prints per stage the
 wall seconds, then CPU seconds, MB of input per CPU-second and the peak RSS of the launcher and of
-every worker process. Then the in-process mode on the smallest corpus (the default mode's speed-up)
-and the documents job on a 2-worker and a 1-worker Dask cluster (scheduler and workers in their own
+every worker process. Then the in-process mode on the corpora up to 400 MB (the default mode's
+speed-up, printed with the most it could be: the in-process wall over the default mode's CPU spread
+over every core; the vocabulary stage takes the same time in both modes, since HF's trainers are
+multi-threaded either way, and its sample is capped, so the speed-up grows with the corpus), and the documents job on a 2-worker and a 1-worker Dask cluster (scheduler and workers in their own
 processes, so the launcher's own peak is measured).
 
     .venv/bin/python bench/scale.py --sizes 100 400 1000 --dask-size 400
@@ -266,13 +268,17 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 400, 1000], help="corpus sizes in MB")
     parser.add_argument("--source", choices=["books", "wikipedia"], default="books", help="~1 MB books or ~4 KB Wikipedia articles")
     parser.add_argument(
-        "--inproc-sizes", type=int, nargs="*", default=None, help="sizes also built in_memory for the speed-up (default: the smallest)"
+        "--inproc-sizes",
+        type=int,
+        nargs="*",
+        default=None,
+        help="sizes also built in_memory for the speed-up (default: those up to 400 MB)",
     )
     parser.add_argument("--dask-size", type=int, default=400, help="corpus for the Dask comparison (0: skip)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/corpusforge-scale"))
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    inproc_sizes = [min(args.sizes)] if args.inproc_sizes is None else args.inproc_sizes
+    inproc_sizes = [s for s in args.sizes if s <= 400] if args.inproc_sizes is None else args.inproc_sizes
     print(f"machine: {os.cpu_count()} cores; default mode = multi_processing, one worker per core; source: {args.source}")
     print(f"{'run':34} {'input MB':>8} {'wall s':>7} {'CPU s':>7} {'MB/CPU-s':>8} {'launcher MB':>11} {'worker MB':>9}")
     rows, inproc = {}, {}
@@ -315,7 +321,12 @@ def main() -> None:
     print(f"  end to end: {total_mb / sum(r['cpu'] for r in rows.values()):.2f} MB of input per CPU-second (target >= 1.0)")
     for size, r in inproc.items():
         if size in rows:
-            print(f"  default mode vs in_memory, wall at {size} MB: {r['wall'] / rows[size]['wall']:.2f}x (target >= 1.6 on 2 cores)")
+            # No schedule beats the default mode's CPU spread over every core: the most its speed-up can be.
+            bound = r["wall"] / (rows[size]["cpu"] / (os.cpu_count() or 1))
+            print(
+                f"  default mode vs in_memory, wall at {size} MB: {r['wall'] / rows[size]['wall']:.2f}x (target >= 1.6 on 2 cores; "
+                f"at most {bound:.2f}x with its CPU on every core)"
+            )
     if args.dask_size:
         print(
             f"  Dask launcher peak: {mb(dask[2]['launcher'])} MB (target <= 500); 2 workers vs 1: "

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from corpusforge import __version__
-from corpusforge.corpora.document_files import iter_row_groups, iter_rows, word_counts
+from corpusforge.corpora.document_files import iter_rows
 from corpusforge.files import atomic_write_bytes
 from corpusforge.pipeline.documents_io import output_files
 from corpusforge.shards.inspect import summarize
@@ -48,7 +48,7 @@ def write_report(out_dir: Path) -> Path:
     sections = [
         _sources(manifest),
         _rejects(manifest),
-        _lengths(output_files(out_dir / "documents")),
+        _lengths(manifest),
         _duplicates(output_files(out_dir / "rejects")),
         _vocabularies(out_dir, manifest),
         *(_shards(out_dir / "shards" / task, task) for task in ("bert", "gpt") if (out_dir / "shards" / task / "manifest.json").is_file()),
@@ -115,25 +115,19 @@ def _rejects(manifest: dict) -> str:
     return _section("Reject reasons", f"<div class=row>{_table(['source', 'reason', 'count'], rows)}{_img(figure)}</div>")
 
 
-def _lengths(doc_files: list[Path]) -> str:
-    words: dict[str, list[np.ndarray]] = {}
-    for table in iter_row_groups(doc_files, ["source", "text"]):
-        counts = word_counts(table["text"]).to_numpy(zero_copy_only=False)
-        sources = table["source"].to_numpy(zero_copy_only=False)
-        for source in np.unique(sources):
-            words.setdefault(str(source), []).append(counts[sources == source])
-    if not words:
+def _lengths(manifest: dict) -> str:
+    """From the recount's per-source lengths (the documents are not read again for the page)."""
+    per_source = {source: s["lengths"] for source, s in sorted(manifest.get("counters", {}).items()) if s.get("lengths")}
+    if not per_source:
         return ""
-    per_source = {source: np.concatenate(parts) for source, parts in sorted(words.items())}
     figure, (axes,) = _figure(1, width=9)
-    top = max(int(a.max()) for a in per_source.values())
-    bins = np.logspace(0, np.log10(max(top, 10)) + 0.05, 40)
     for source, lengths in per_source.items():
-        axes.hist(lengths, bins=bins, histtype="step", linewidth=2, label=f"{source} ({len(lengths):,})")
+        documents = manifest["counters"][source]["documents"]
+        axes.stairs(lengths["counts"], lengths["bins"], linewidth=2, label=f"{source} ({documents:,})")
     axes.set(xscale="log", yscale="log", title="document length per source", xlabel="words per document (log)", ylabel="documents (log)")
     axes.legend()
     rows = [
-        [s, f"{len(a):,}", f"{int(a.min()):,}", f"{np.median(a):,.0f}", f"{a.mean():,.0f}", f"{int(a.max()):,}"]
+        [s, f"{manifest['counters'][s]['documents']:,}", f"{a['min']:,}", f"{a['median']:,.0f}", f"{a['mean']:,.0f}", f"{a['max']:,}"]
         for s, a in per_source.items()
     ]
     return _section("Document lengths", _table(["source", "documents", "min", "median", "mean", "max"], rows) + _img(figure))

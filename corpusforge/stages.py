@@ -23,7 +23,7 @@ from corpusforge.config import Config
 from corpusforge.files import WORK_DIR, sha256_file, write_json_atomic
 from corpusforge.shards.format import FORMAT_VERSION as SHARDS_FORMAT
 
-MARKER_VERSION = 1
+MARKER_VERSION = 2  # 2: the documents marker's stats carry each source's lengths
 MARKERS_DIR = ".stages"
 STAGES = ("documents", "vocab", "bert", "gpt", "train")
 SOURCE_STAGES = ("books", "wikipedia", "webtext")

@@ -102,6 +102,23 @@ def test_report_figures_equal_the_manifests_and_images_are_pngs(demo_build):
     assert "<script" not in page and "http" not in page.split("</style>")[0]  # self-contained, no external assets
 
 
+def test_document_lengths_come_from_the_recount_and_match_the_files(demo_build):
+    """The page's length figures are the recount's (one read of the documents), and they are the files' own."""
+    out, _ = demo_build
+    manifest = json.loads((out / "manifest.json").read_text())
+    page = (out / "report.html").read_text(encoding="utf-8")
+    table = pq.read_table(output_files(out / "documents"), columns=["source", "text"])
+    for source, counters in manifest["counters"].items():
+        words = sorted(len(text.split()) for src, text in zip(table["source"].to_pylist(), table["text"].to_pylist()) if src == source)
+        lengths = counters["lengths"]
+        assert (lengths["min"], lengths["max"]) == (words[0], words[-1])
+        assert lengths["mean"] == pytest.approx(sum(words) / len(words))
+        middle = len(words) // 2
+        assert lengths["median"] == (words[middle] if len(words) % 2 else (words[middle - 1] + words[middle]) / 2)
+        assert sum(lengths["counts"]) == counters["documents"] == len(words)  # every document falls in a bin
+        assert f"<td>{lengths['median']:,.0f}</td>" in page.split("Document lengths")[1]
+
+
 def test_report_shows_vocabulary_shortfall_and_duplicate_clusters(demo_build):
     out, _ = demo_build
     page = (out / "report.html").read_text(encoding="utf-8")
