@@ -41,7 +41,7 @@ from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 from tokenizers.implementations import BertWordPieceTokenizer  # noqa: E402
 
-from corpusforge.config import BertConfig, ShardsConfig  # noqa: E402
+from corpusforge.core.config import BertConfig, ShardsConfig  # noqa: E402
 from corpusforge.corpora.gutenberg import strip_gutenberg  # noqa: E402
 from corpusforge.corpora.sentences import split_sentences  # noqa: E402
 from corpusforge.pipeline.examples_stage import TOKENIZE_BATCH_CHARS, write_bert_shards_from_sentences  # noqa: E402

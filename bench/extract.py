@@ -44,7 +44,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from corpusforge.config import ExtractConfig  # noqa: E402
+from corpusforge.core.config import ExtractConfig  # noqa: E402
 from corpusforge.corpora.extract import (  # noqa: E402
     ExtractorProcess,
     clean_page,

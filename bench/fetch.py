@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from http_fixture import LocalServer, extract_pages  # noqa: E402
 
-from corpusforge.config import FetchConfig  # noqa: E402
+from corpusforge.core.config import FetchConfig  # noqa: E402
 from corpusforge.corpora.fetch import Fetcher  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"

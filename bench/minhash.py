@@ -32,7 +32,7 @@ from datasketch import MinHash
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from corpusforge.config import NearDedupConfig  # noqa: E402
+from corpusforge.core.config import NearDedupConfig  # noqa: E402
 from corpusforge.corpora.document import Document, make_id  # noqa: E402
 from corpusforge.corpora.minhash import MinHasher, jaccard, s_curve_table, shingle_set, shingles, wordmix_hash32  # noqa: E402
 from corpusforge.pipeline.document_spill import banding  # noqa: E402

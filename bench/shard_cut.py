@@ -34,7 +34,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from corpusforge.config import ShardsConfig  # noqa: E402
+from corpusforge.core.config import ShardsConfig  # noqa: E402
 from corpusforge.shards.format import bert_schema  # noqa: E402
 from corpusforge.shards.writer import iter_sorted_buckets, row_bytes, spill_pieces, spilled_rows, write_shards, write_spilled_shards  # noqa: E402
 

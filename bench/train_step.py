@@ -152,7 +152,7 @@ def books_shards(directory: Path) -> Path:
     from apache_beam.options.pipeline_options import PipelineOptions
     from tokenizers.implementations import BertWordPieceTokenizer
 
-    from corpusforge.config import BertConfig, ShardsConfig
+    from corpusforge.core.config import BertConfig, ShardsConfig
     from corpusforge.corpora.books import read_book
     from corpusforge.pipeline.documents_io import documents_table
     from corpusforge.pipeline.examples_stage import write_bert_shards

@@ -32,7 +32,7 @@ from tokenizers.implementations import BertWordPieceTokenizer, ByteLevelBPEToken
 from corpusforge.corpora.document import Document  # noqa: E402
 from corpusforge.corpora.gutenberg import strip_gutenberg  # noqa: E402
 from corpusforge.corpora.wikipedia import plan_ranges, read_range  # noqa: E402
-from corpusforge.examples.vocab import BERT_SPECIALS, train_bpe, train_wordpiece  # noqa: E402
+from corpusforge.encoding.vocab import BERT_SPECIALS, train_bpe, train_wordpiece  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 WIKI = SHARED / "wikipedia" / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"

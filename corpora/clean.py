@@ -16,7 +16,7 @@ import ftfy.badness
 import ftfy.chardata
 import numpy as np
 
-from corpusforge.config import CleanConfig
+from corpusforge.core.config import CleanConfig
 from corpusforge.corpora.document import Document, Reject
 from corpusforge.corpora.language import detect_language
 

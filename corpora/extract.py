@@ -29,7 +29,7 @@ from collections.abc import Callable
 import ftfy
 import trafilatura
 
-from corpusforge.config import ExtractConfig
+from corpusforge.core.config import ExtractConfig
 from corpusforge.corpora.language import detect_language
 from corpusforge.corpora.quality import quality_reject
 

@@ -32,7 +32,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from protego import Protego
 
-from corpusforge.config import FetchConfig
+from corpusforge.core.config import FetchConfig
 from corpusforge.corpora.decode import guess_encoding
 from corpusforge.corpora.warc import Capture
 

@@ -31,7 +31,7 @@ from typing import Literal
 
 import numpy as np
 
-from corpusforge.hashing import splitmix64
+from corpusforge.core.hashing import splitmix64
 
 try:  # CPython's built-in SHA-1 is faster than the OpenSSL one on short inputs; same digest.
     from _sha1 import sha1 as _sha1

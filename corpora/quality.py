@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from corpusforge.config import ExtractConfig
+from corpusforge.core.config import ExtractConfig
 
 ELLIPSES = ("...", "\u2026")
 _ALPHA_WORD = re.compile(r"\S*[^\W\d_]\S*")  # a whitespace-separated word with at least one letter

@@ -27,8 +27,8 @@ from warcio.bufferedreaders import ChunkedDataReader
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
+from corpusforge.core.files import atomic_path
 from corpusforge.corpora.document import count_input
-from corpusforge.files import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class Capture:
 
 class WarcFile:
     """Append captures to ``path`` (gzip per record) inside a ``with`` block; the file appears only
-    when the block ends normally (``corpusforge.files.atomic_path``)."""
+    when the block ends normally (``corpusforge.core.files.atomic_path``)."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)

@@ -28,9 +28,9 @@ from typing import BinaryIO, Literal
 
 from tqdm import tqdm
 
+from corpusforge.core.files import atomic_path
 from corpusforge.corpora.document import Document, Reject, count_input, make_id
 from corpusforge.corpora.wikitext import MarkupTimeout, wikitext_to_text
-from corpusforge.files import atomic_path
 
 SOURCE = "wikipedia"
 READ_BYTES = 1 << 20

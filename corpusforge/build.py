@@ -30,8 +30,8 @@ from typing import Any, TypeVar
 import apache_beam as beam
 
 from corpusforge import progress
-from corpusforge.config import Config
-from corpusforge.files import sha256_file, write_json_atomic
+from corpusforge.core.config import Config
+from corpusforge.core.files import sha256_file, write_json_atomic
 from corpusforge.pipeline.documents_io import output_files
 from corpusforge.pipeline.manifest import package_versions
 from corpusforge.pipeline.options import pipeline_options
@@ -194,7 +194,7 @@ def in_fresh_process(fn: Callable[..., T], *args: Any) -> T:
 
 
 def run_vocab(cfg: Config, result: BuildResult, plan: Plan, made: dict[str, Any]) -> Marker:
-    from corpusforge.examples.vocab import train_vocab_from_documents, vocab_sha256
+    from corpusforge.encoding.vocab import train_vocab_from_documents, vocab_sha256
 
     out = plan.out
     dirs = in_fresh_process(train_vocab_from_documents, output_files(out / "documents"), out / "vocab", cfg.vocab)
@@ -283,7 +283,7 @@ def stage_warnings(cfg: Config, result: BuildResult, stages: list[str]) -> list[
     if "documents" in stages and not sum(s.documents for s in result.stats.values()):
         warnings.append("documents: 0 documents written (every input was rejected: see the rejects)")
     if "vocab" in stages:
-        from corpusforge.examples.vocab import vocab_manifest
+        from corpusforge.encoding.vocab import vocab_manifest
 
         for kind, directory in result.artifacts.get("vocab", {}).items():
             size = vocab_manifest(Path(directory))["size"]

@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from corpusforge import __version__, progress
-from corpusforge.config import Config, load_config
 from corpusforge.config_reference import explain_error, format_value, keys, reference_markdown
+from corpusforge.core.config import Config, load_config
 from corpusforge.corpora.document import InputFormatError
 
 # Beam's optional GCP modules announce at import that they are not installed; nothing here uses them.

@@ -1,6 +1,6 @@
 """Every configuration key with its value and meaning: ``config show``, docs/config.md and ``--set`` errors.
 
-The meanings are the pydantic ``Field`` descriptions in corpusforge/config.py, so the reference cannot
+The meanings are the pydantic ``Field`` descriptions in core/config.py, so the reference cannot
 drift from the code (a test compares docs/config.md with ``reference_markdown()``).
 """
 
@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel, ValidationError
 
-from corpusforge.config import Config
+from corpusforge.core.config import Config
 
 # pydantic error types a person understands without knowing pydantic
 PLAIN_ERRORS = {
@@ -68,7 +68,7 @@ def reference_markdown() -> str:
     lines = [
         "# Configuration reference",
         "",
-        "Generated from the field descriptions in `corpusforge/config.py` by `corpusforge config reference > docs/config.md`;",
+        "Generated from the field descriptions in `core/config.py` by `corpusforge config reference > docs/config.md`;",
         "a test fails when this file is out of date. Set a key in a TOML file (`[section]` then `key = value`)",
         "or on the command line with `--set section.key=value`; `corpusforge config show CONFIG` prints the resolved values.",
         "Relative paths in a configuration file are resolved against the file's directory.",

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from corpusforge.config import Config
+from corpusforge.core.config import Config
 from corpusforge.stages import (
     FORMATS,
     MARKER_VERSION,

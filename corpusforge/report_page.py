@@ -23,8 +23,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from corpusforge import __version__
+from corpusforge.core.files import atomic_write_bytes
 from corpusforge.corpora.document_files import iter_rows
-from corpusforge.files import atomic_write_bytes
 from corpusforge.pipeline.documents_io import output_files
 from corpusforge.shards.inspect import summarize
 

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corpusforge.config import Config
-from corpusforge.files import WORK_DIR, sha256_file, write_json_atomic
+from corpusforge.core.config import Config
+from corpusforge.core.files import WORK_DIR, sha256_file, write_json_atomic
 from corpusforge.shards.format import FORMAT_VERSION as SHARDS_FORMAT
 
 MARKER_VERSION = 2  # 2: the documents marker's stats carry each source's lengths

@@ -24,7 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from corpusforge.config import NearDedupConfig
+from corpusforge.core.config import NearDedupConfig
 from corpusforge.corpora.clean import dedup_key
 from corpusforge.corpora.document import Document
 from corpusforge.corpora.minhash import MinHasher, band_keys, lsh_params

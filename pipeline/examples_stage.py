@@ -40,12 +40,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from corpusforge.config import BertConfig, GptConfig, ShardsConfig
-from corpusforge.examples.bert_examples import MaskingVocab, TokenizedDocument, create_bucket_examples, tokenize_documents
-from corpusforge.examples.gpt_examples import cut_windows
-from corpusforge.examples.sentence_tokens import SentenceEncoder
-from corpusforge.examples.vocab import EOT, load_tokenizer, vocab_manifest
-from corpusforge.hashing import mix64, stable_hash
+from corpusforge.core.config import BertConfig, GptConfig, ShardsConfig
+from corpusforge.core.hashing import mix64, stable_hash
+from corpusforge.encoding.bert_examples import MaskingVocab, TokenizedDocument, create_bucket_examples, tokenize_documents
+from corpusforge.encoding.gpt_examples import cut_windows
+from corpusforge.encoding.sentence_tokens import SentenceEncoder
+from corpusforge.encoding.vocab import EOT, load_tokenizer, vocab_manifest
 from corpusforge.shards.format import MANIFEST_NAME, bert_schema, gpt_schema, id_type, shard_manifest
 from corpusforge.shards.writer import row_bytes, spill_pieces, write_ipc, write_spilled_shards
 

@@ -11,7 +11,7 @@ from typing import TypeVar
 
 import apache_beam as beam
 
-from corpusforge.config import FetchConfig
+from corpusforge.core.config import FetchConfig
 from corpusforge.corpora.fetch import Fetcher, batch_warc_name
 from corpusforge.corpora.urls import canonical_url
 from corpusforge.corpora.warc import Capture, WarcFile, index_warcs, read_capture

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 import apache_beam as beam
 import numpy as np
 
-from corpusforge.config import NearDedupConfig
+from corpusforge.core.config import NearDedupConfig
 from corpusforge.corpora.document import Reject
 from corpusforge.corpora.minhash import jaccard, s_curve_table, shingle_set
 from corpusforge.pipeline.document_spill import DocRef, banding, load_texts

@@ -11,7 +11,7 @@ import os
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from corpusforge.config import RunConfig
+from corpusforge.core.config import RunConfig
 
 # Runners Beam does not register by short name.
 RUNNER_ALIASES = {"DaskRunner": "corpusforge.pipeline.dask_runner.DaskRunner"}  # Beam's own, with two bugs fixed

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import apache_beam as beam
 
-from corpusforge.config import BooksConfig, CleanConfig, NearDedupConfig, WikipediaConfig
+from corpusforge.core.config import BooksConfig, CleanConfig, NearDedupConfig, WikipediaConfig
+from corpusforge.core.files import write_json_atomic
+from corpusforge.core.hashing import stable_hash
 from corpusforge.corpora.books import list_book_files, read_book
 from corpusforge.corpora.clean import Cleaner
 from corpusforge.corpora.document import Document, Reject
 from corpusforge.corpora.wikipedia import plan_ranges, read_range
-from corpusforge.files import write_json_atomic
-from corpusforge.hashing import stable_hash
 from corpusforge.pipeline.document_spill import DocRef, RefMaker, gather_part, scatter
 from corpusforge.pipeline.documents_io import PART_PATTERN, part_of, rejects_table, write_table_atomic
 from corpusforge.pipeline.file_shuffle import FileGroupByKey

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import apache_beam as beam
 from apache_beam.pvalue import PCollection
 
-from corpusforge.config import Config, WebTextConfig
+from corpusforge.core.config import Config, WebTextConfig
 from corpusforge.corpora.document import Document, Reject, make_id
 from corpusforge.corpora.extract import description_lead, extract_page, fix_mojibake, folded_words, meta_description
 from corpusforge.corpora.fetch import decode_page

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 from tokenizers import Tokenizer
 
-from corpusforge.files import atomic_write_bytes
+from corpusforge.core.files import atomic_write_bytes
 from corpusforge.shards.reader import Manifest, ShardError, column_view, open_shard, read_manifest
 
 SAMPLE = 200_000

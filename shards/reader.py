@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
-from corpusforge.files import sha256_file
+from corpusforge.core.files import sha256_file
 from corpusforge.shards.format import FORMAT_VERSION, MANIFEST_NAME, bert_schema, gpt_schema, numpy_dtype
 
 FILE_MAGIC = b"ARROW1"  # starts an Arrow IPC file; an IPC stream starts with a message length

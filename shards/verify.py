@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from corpusforge.files import WORK_DIR, sha256_file
+from corpusforge.core.files import WORK_DIR, sha256_file
 from corpusforge.shards.format import MANIFEST_NAME, SHARD_PATTERN, id_type
 from corpusforge.shards.reader import Manifest, ShardEntry, ShardError, column_view, open_shard, read_manifest
 
@@ -68,7 +68,7 @@ def _check_vocab(manifest: Manifest) -> list[str]:
     if manifest.shard_schema.id_type != str(id_type(vocab.size)):
         problems.append(f"{manifest.root / MANIFEST_NAME}: id_type {manifest.shard_schema.id_type} does not fit vocab size {vocab.size}")
     if path.is_dir():
-        from corpusforge.examples.vocab import vocab_sha256  # the build's digest over a vocabulary directory's files
+        from corpusforge.encoding.vocab import vocab_sha256  # the build's digest over a vocabulary directory's files
 
         actual = vocab_sha256(path)
     elif path.is_file():

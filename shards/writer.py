@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from corpusforge.files import atomic_path, atomic_write_bytes, sha256_file
+from corpusforge.core.files import atomic_path, atomic_write_bytes, sha256_file
 from corpusforge.shards.format import MANIFEST_NAME, OLD_SHARD_GLOB, SHARD_PATTERN, numpy_dtype
 
 KEY = "key"

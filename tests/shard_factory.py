@@ -108,7 +108,7 @@ def write_shards(
 
     ``batch_rows`` splits each shard into record batches of that many rows (default: one batch);
     ``ipc="file"`` writes the IPC file flavour instead of the format's IPC stream; ``vocab``
-    replaces the manifest's "vocab" entry (e.g. the build's ``corpusforge.examples.vocab.vocab_manifest``).
+    replaces the manifest's "vocab" entry (e.g. the build's ``corpusforge.encoding.vocab.vocab_manifest``).
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

@@ -12,20 +12,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from shard_factory import assert_hf_reads_like_pyarrow, bert_tokenizer_json
 
-from corpusforge.config import BertConfig, ShardsConfig
+from corpusforge.core.config import BertConfig, ShardsConfig
 from corpusforge.corpora.document import Document
 from corpusforge.corpora.gutenberg import strip_gutenberg
 from corpusforge.corpora.sentences import split_sentences
 from corpusforge.corpora.wikipedia import plan_ranges, read_range
-from corpusforge.examples.bert_examples import (
+from corpusforge.encoding.bert_examples import (
     MaskingVocab,
     TokenizedDocument,
     create_bucket_examples,
     tokenize_documents,
     truncate_seq_pairs,
 )
-from corpusforge.examples.sentence_tokens import SentenceEncoder
-from corpusforge.examples.vocab import load_tokenizer
+from corpusforge.encoding.sentence_tokens import SentenceEncoder
+from corpusforge.encoding.vocab import load_tokenizer
 from corpusforge.pipeline.documents_io import documents_table, write_table_atomic
 from corpusforge.pipeline.examples_stage import load_documents, spill_documents, write_bert_shards
 from corpusforge.shards.reader import open_shard, read_manifest

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from corpusforge.build import run_build
 from corpusforge.cli import app
-from corpusforge.config import load_config
+from corpusforge.core.config import load_config
 from corpusforge.pipeline.documents_io import output_files
 
 ROOT = Path(__file__).resolve().parents[1]

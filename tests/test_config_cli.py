@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 import corpusforge
 from corpusforge.cli import DEMO_CONFIG, app
-from corpusforge.config import Config, load_config
 from corpusforge.config_reference import keys, reference_markdown
+from corpusforge.core.config import Config, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -25,7 +25,7 @@ def test_docs_config_md_is_up_to_date():
 def test_every_key_has_a_meaning_and_is_in_the_reference():
     reference = reference_markdown()
     for key in keys(Config()):
-        assert key.meaning, f"{key.name} has no description= in corpusforge/config.py"
+        assert key.meaning, f"{key.name} has no description= in core/config.py"
         assert f"| `{key.name.rsplit('.', 1)[1]}` |" in reference
 
 

@@ -20,7 +20,7 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 from shard_factory import FIRST_WORD_ID, bert_tokenizer_json, random_bert_columns, write_shards
 
-from corpusforge.config import TrainConfig
+from corpusforge.core.config import TrainConfig
 from corpusforge.trainer.checkpoint import WEIGHTS_NAME, checkpoint_dir
 from corpusforge.trainer.loop import accumulation_steps, init_world, make_stream, train
 from corpusforge.trainer.metrics import read_log

@@ -11,7 +11,7 @@ from shard_factory import bert_tokenizer_json, gpt_tokenizer_json, random_bert_c
 from transformers import AutoTokenizer, BertForPreTraining, GPT2LMHeadModel
 from typer.testing import CliRunner
 
-from corpusforge.config import TrainConfig
+from corpusforge.core.config import TrainConfig
 from corpusforge.trainer.checkpoint import load_weights, read_state, resolve_checkpoint
 from corpusforge.trainer.cli import app
 from corpusforge.trainer.data import ShardStream, to_model_inputs

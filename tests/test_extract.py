@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corpusforge.config import ExtractConfig
+from corpusforge.core.config import ExtractConfig
 from corpusforge.corpora.extract import (
     ExtractorProcess,
     description_lead,

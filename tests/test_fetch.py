@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from http_fixture import FAST_FETCH, LocalServer, extract_pages
 
-from corpusforge.config import FetchConfig
+from corpusforge.core.config import FetchConfig
 from corpusforge.corpora.fetch import (
     AddressPolicy,
     BlockedAddress,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corpusforge.files import atomic_path, atomic_write_bytes, sha256_file
+from corpusforge.core.files import atomic_path, atomic_write_bytes, sha256_file
 
 
 def test_atomic_path_replaces_on_success_and_keeps_the_old_file_on_failure(tmp_path):

@@ -19,7 +19,7 @@ from shard_factory import bert_tokenizer_json, gpt_tokenizer_json, random_bert_c
 from typer.testing import CliRunner
 
 from corpusforge.cli import app
-from corpusforge.config import FinetuneConfig, TrainConfig
+from corpusforge.core.config import FinetuneConfig, TrainConfig
 from corpusforge.trainer.checkpoint import WEIGHTS_NAME, resolve_checkpoint
 from corpusforge.trainer.finetune import load_encoder
 from corpusforge.trainer.generate import generate, load_gpt, sample

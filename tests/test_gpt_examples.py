@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from shard_factory import assert_hf_reads_like_pyarrow, gpt_tokenizer_json
 
-from corpusforge.config import GptConfig, ShardsConfig
+from corpusforge.core.config import GptConfig, ShardsConfig
+from corpusforge.core.hashing import stable_hash
 from corpusforge.corpora.document import Document
 from corpusforge.corpora.gutenberg import strip_gutenberg
-from corpusforge.examples.gpt_examples import cut_windows
-from corpusforge.examples.vocab import load_tokenizer
-from corpusforge.hashing import stable_hash
+from corpusforge.encoding.gpt_examples import cut_windows
+from corpusforge.encoding.vocab import load_tokenizer
 from corpusforge.pipeline.documents_io import documents_table, write_table_atomic
 from corpusforge.pipeline.examples_stage import write_gpt_shards
 from corpusforge.shards.reader import column_view, open_shard, read_manifest

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from corpusforge.hashing import mix64, rng_for, splitmix64, stable_hash
+from corpusforge.core.hashing import mix64, rng_for, splitmix64, stable_hash
 from corpusforge.pipeline.examples_stage import example_keys
 from corpusforge.shards.writer import range_buckets
 
@@ -24,7 +24,7 @@ def test_rng_for_depends_on_the_seed_and_on_every_other_part():
 
 
 def test_hashes_and_generators_are_the_same_in_another_process():
-    code = "from corpusforge.hashing import rng_for, stable_hash; print(stable_hash(7, 'doc', 3), rng_for(7, 'doc', 3).integers(0, 2**63))"
+    code = "from corpusforge.core.hashing import rng_for, stable_hash; print(stable_hash(7, 'doc', 3), rng_for(7, 'doc', 3).integers(0, 2**63))"
     env = {**os.environ, "PYTHONHASHSEED": "123"}
     printed = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True).stdout.split()
     assert printed == [str(stable_hash(7, "doc", 3)), str(rng_for(7, "doc", 3).integers(0, 2**63))]

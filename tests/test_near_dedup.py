@@ -11,7 +11,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corpusforge.config import NearDedupConfig
+from corpusforge.core.config import NearDedupConfig
 from corpusforge.corpora.document import Document, make_id
 from corpusforge.pipeline.near_dedup import NearDedup, on_wikipedia, wikipedia_removal
 from corpusforge.pipeline.steps import SpillDocuments

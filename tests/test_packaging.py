@@ -8,7 +8,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from corpusforge.config import load_config
+from corpusforge.core.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from corpusforge.build import run_build
-from corpusforge.config import load_config
+from corpusforge.core.config import load_config
 from corpusforge.corpora.document import AccountingError
 from corpusforge.pipeline.document_spill import DocRef
 from corpusforge.pipeline.documents_io import output_files
@@ -52,7 +52,7 @@ def small_books(tmp_path_factory, shared_data: Path) -> Path:
 def test_references_carry_no_text(small_books: Path, tmp_path: Path) -> None:
     """What the dedup shuffles carry is bounded whatever the document size."""
     assert "text" not in {f.name for f in fields(DocRef)}
-    from corpusforge.config import NearDedupConfig
+    from corpusforge.core.config import NearDedupConfig
     from corpusforge.corpora.document import Document
     from corpusforge.pipeline.document_spill import RefMaker
 
@@ -64,7 +64,7 @@ def test_references_carry_no_text(small_books: Path, tmp_path: Path) -> None:
 def test_references_read_back_share_their_file_strings(tmp_path: Path) -> None:
     """The in-process runners hold grouped values decoded in the launcher: references of one spill file
     share its path and source strings once unpickled, and pickle without field names."""
-    from corpusforge.config import NearDedupConfig
+    from corpusforge.core.config import NearDedupConfig
     from corpusforge.corpora.document import Document
     from corpusforge.pipeline.document_spill import RefMaker
 

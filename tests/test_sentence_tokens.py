@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 
 from corpusforge.corpora.gutenberg import strip_gutenberg
 from corpusforge.corpora.sentences import split_sentences
-from corpusforge.examples.sentence_tokens import SentenceEncoder
+from corpusforge.encoding.sentence_tokens import SentenceEncoder
 
 # Characters that take every path: ASCII, whitespace the normalizer rewrites, curly quotes, accents
 # (stripped), CJK (padded), control characters (removed), capital sigma, dotted I, added-token text.
@@ -143,7 +143,7 @@ def test_cased_wordpiece_keeps_case(shared_data, tmp_path):
 
 
 def test_word_cache_starting_over_changes_nothing(bert_tokenizer, monkeypatch):
-    import corpusforge.examples.sentence_tokens as sentence_tokens
+    import corpusforge.encoding.sentence_tokens as sentence_tokens
 
     monkeypatch.setattr(sentence_tokens, "WORD_CACHE_SIZE", 3)
     encoder = SentenceEncoder(bert_tokenizer, np.dtype(np.uint16))

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corpusforge.files import sha256_file
+from corpusforge.core.files import sha256_file
 from corpusforge.shards.format import MANIFEST_NAME, bert_schema, gpt_schema
 from corpusforge.shards.reader import open_shard, read_manifest
 from corpusforge.shards.writer import (

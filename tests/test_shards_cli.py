@@ -14,8 +14,8 @@ from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
 from typer.testing import CliRunner
 
-from corpusforge.config import BertConfig, RunConfig, ShardsConfig
-from corpusforge.examples.vocab import vocab_manifest
+from corpusforge.core.config import BertConfig, RunConfig, ShardsConfig
+from corpusforge.encoding.vocab import vocab_manifest
 from corpusforge.pipeline.examples_stage import write_bert_shards_from_sentences
 from corpusforge.pipeline.options import pipeline_options
 from corpusforge.shards.cli import app

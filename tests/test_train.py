@@ -26,9 +26,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from safetensors.torch import load_file
 from shard_factory import FIRST_WORD_ID, bert_tokenizer_json, gpt_tokenizer_json, random_bert_columns, random_gpt_columns, write_shards
 
-from corpusforge.config import BertConfig, GptConfig, ShardsConfig, TrainConfig
+from corpusforge.core.config import BertConfig, GptConfig, ShardsConfig, TrainConfig
 from corpusforge.corpora.books import read_book
-from corpusforge.examples.vocab import train_bpe, train_wordpiece
+from corpusforge.encoding.vocab import train_bpe, train_wordpiece
 from corpusforge.pipeline.documents_io import documents_table
 from corpusforge.pipeline.examples_stage import write_bert_shards, write_gpt_shards
 from corpusforge.shards.reader import ShardError, column_view, open_shard, read_manifest

@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import BertTokenizerFast, GPT2TokenizerFast
 
-from corpusforge.config import VocabConfig
+from corpusforge.core.config import VocabConfig
 from corpusforge.corpora.document import Document
 from corpusforge.corpora.gutenberg import strip_gutenberg
-from corpusforge.examples.vocab import (
+from corpusforge.encoding.vocab import (
     _fixed_alphabet,
     _wordpiece_tokenizer,
     load_tokenizer,
@@ -150,7 +150,7 @@ TRAIN_IN_A_PROCESS = """
 import sys
 from collections import Counter
 from pathlib import Path
-from corpusforge.examples.vocab import train_bpe, train_wordpiece
+from corpusforge.encoding.vocab import train_bpe, train_wordpiece
 texts = Path(sys.argv[1]).read_text(encoding="utf-8").split("\\n\\n")
 train_wordpiece(texts, Path(sys.argv[2]) / "wordpiece", vocab_size=3000)
 train_bpe(texts, Path(sys.argv[2]) / "bpe", vocab_size=800)

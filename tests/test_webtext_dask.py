@@ -12,7 +12,7 @@ from http_fixture import LocalServer, extract_pages
 from test_webtext_job import FETCH, write_dumps
 
 from corpusforge.build import run_build
-from corpusforge.config import Config
+from corpusforge.core.config import Config
 from corpusforge.pipeline.documents_io import output_files
 
 

@@ -15,7 +15,7 @@ import zstandard
 from apache_beam.options.pipeline_options import PipelineOptions
 from http_fixture import FAST_FETCH, LocalServer, extract_pages
 
-from corpusforge.config import Config
+from corpusforge.core.config import Config
 from corpusforge.corpora.document import make_id
 from corpusforge.corpora.urls import canonical_url
 from corpusforge.corpora.warc import Capture, WarcFile, warc_files

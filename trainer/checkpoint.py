@@ -32,7 +32,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 from torch import nn
 
-from corpusforge.files import atomic_path, sha256_file
+from corpusforge.core.files import atomic_path, sha256_file
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 from pydantic import ValidationError
 
-from corpusforge.config import FinetuneConfig, TrainConfig, load_config
+from corpusforge.core.config import FinetuneConfig, TrainConfig, load_config
 from corpusforge.shards.reader import ShardError, read_manifest
 
 # rich_markup_mode=None: plain help, so "[train]" is not eaten as markup and long help wraps instead of "…"

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import BertConfig, GPT2Config
 
-from corpusforge.files import atomic_path, sha256_file, write_json_atomic
+from corpusforge.core.files import atomic_path, sha256_file, write_json_atomic
 from corpusforge.trainer.checkpoint import WEIGHTS_NAME, read_state, resolve_checkpoint, run_tokenizer
 from corpusforge.trainer.models import ModelConfig
 

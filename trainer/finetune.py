@@ -23,8 +23,8 @@ from tokenizers import Tokenizer
 from torch import nn
 from tqdm import tqdm
 
-from corpusforge.config import FinetuneConfig
-from corpusforge.files import atomic_path, atomic_write_bytes, sha256_file, write_json_atomic
+from corpusforge.core.config import FinetuneConfig
+from corpusforge.core.files import atomic_path, atomic_write_bytes, sha256_file, write_json_atomic
 from corpusforge.trainer.checkpoint import WEIGHTS_NAME, load_weights, read_state, resolve_checkpoint, run_tokenizer
 from corpusforge.trainer.device import autocast, pick_device
 from corpusforge.trainer.glue import Example, encode, get_task, load_task, score, subset

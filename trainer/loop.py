@@ -33,8 +33,8 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from corpusforge.config import TrainConfig
-from corpusforge.files import write_json_atomic
+from corpusforge.core.config import TrainConfig
+from corpusforge.core.files import write_json_atomic
 from corpusforge.shards.reader import ShardError, read_manifest
 from corpusforge.shards.verify import verify
 from corpusforge.trainer.checkpoint import (

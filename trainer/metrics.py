@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from corpusforge.files import atomic_path
+from corpusforge.core.files import atomic_path
 
 # Dense bf16 peak, TFLOP/s, by substring of torch.cuda.get_device_name().
 PEAK_BF16_TFLOPS: dict[str, float] = {"H200": 989.0, "H100": 989.0, "A100": 312.0}

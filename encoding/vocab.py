@@ -28,10 +28,10 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from corpusforge.config import VocabConfig
+from corpusforge.core.config import VocabConfig
+from corpusforge.core.files import atomic_write_bytes
+from corpusforge.core.hashing import stable_hash
 from corpusforge.corpora.document_files import iter_rows, text_bytes
-from corpusforge.files import atomic_write_bytes
-from corpusforge.hashing import stable_hash
 
 log = logging.getLogger(__name__)
 

@@ -40,9 +40,9 @@ from typing import Sequence
 import numpy as np
 from tokenizers import Tokenizer
 
-from corpusforge.config import BertConfig
-from corpusforge.examples.sentence_tokens import SentenceEncoder
-from corpusforge.hashing import rng_for
+from corpusforge.core.config import BertConfig
+from corpusforge.core.hashing import rng_for
+from corpusforge.encoding.sentence_tokens import SentenceEncoder
 
 
 @dataclass(frozen=True, slots=True)

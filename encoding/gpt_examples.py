@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from corpusforge.hashing import stable_hash
+from corpusforge.core.hashing import stable_hash
 
 
 @dataclass
