@@ -12,7 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-ALL_STAGES = ("books", "wikipedia", "webtext", "clean", "dedup", "near_dedup", "documents", "vocab", "bert", "gpt", "train")
+from corpusforge.core import storage
+
+ALL_STAGES = ("books", "wikipedia", "webtext", "records", "clean", "dedup", "near_dedup", "documents", "vocab", "bert", "gpt", "train")
 
 
 class Section(BaseModel):
@@ -20,9 +22,13 @@ class Section(BaseModel):
 
 
 class RunConfig(Section):
-    output_dir: Path = Field(
-        Path("out"),
-        description="where documents, rejects, vocab, shards, train runs, manifest.json and report.html go (relative to the working directory)",
+    output_dir: str = Field(
+        "out",
+        description="where documents, rejects, vocab, shards, train runs, manifest.json and report.html go: a folder (relative to the working directory) or a URI (s3://bucket/run)",
+    )
+    temp_location: str | None = Field(
+        None,
+        description="spill, shuffle and sort files of running stages, removed when each ends: a folder or URI every worker can reach; unset: <output_dir>/.work",
     )
     stages: list[str] = Field(
         default_factory=lambda: ["books", "wikipedia", "clean", "dedup", "documents"],
@@ -59,7 +65,7 @@ class RunConfig(Section):
 
 
 class BooksConfig(Section):
-    paths: list[Path] = Field(
+    paths: list[str] = Field(
         default_factory=list, description="folders of books (searched recursively); relative to the configuration file"
     )
     extensions: list[str] = Field(default_factory=lambda: [".txt", ".epub"], description="file extensions read as books")
@@ -67,11 +73,11 @@ class BooksConfig(Section):
 
 class WikipediaConfig(Section):
     # .xml, .xml.bz2, or multistream .xml.bz2 (its "-index.txt.bz2" found beside it or given in index_paths)
-    paths: list[Path] = Field(
+    paths: list[str] = Field(
         default_factory=list,
         description="pages-articles dumps: .xml, .xml.bz2 or multistream .xml.bz2 (its -index.txt.bz2 found beside it)",
     )
-    index_paths: list[Path] = Field(default_factory=list, description="multistream index files, when not beside their dump")
+    index_paths: list[str] = Field(default_factory=list, description="multistream index files, when not beside their dump")
     streams_per_range: int = Field(
         100, description="multistream bz2 streams per parallel byte range (fewer when the dump would give under 32 ranges)"
     )
@@ -181,7 +187,7 @@ class TrainConfig(Section):
     )
     holdout_examples: int = Field(1000, ge=0, description="without eval shards: the last min(this, N // 10) examples are held out; 0: none")
     verify_shards: bool = Field(True, description="check every shard's size, sha256 and schema before training")
-    vocab: Path | None = Field(
+    vocab: str | None = Field(
         None, description="vocabulary directory or tokenizer.json when the shards were moved without the one their manifest names"
     )
     eval_every: int = Field(0, ge=0, description="evaluate the whole held-out set every this many steps; 0: only at the end")
@@ -258,15 +264,27 @@ class ExtractConfig(Section):
     min_alpha_word_fraction: float = Field(0.8, description="Gopher filter: words with a letter at least")
 
 
+class RecordsConfig(Section):
+    """Documents that are already text: JSON lines, Parquet, or folders written by HF ``datasets``' ``save_to_disk``."""
+
+    paths: list[str] = Field(
+        default_factory=list,
+        description="files or folders: .jsonl/.json (optionally .gz or .zst), .parquet, or a datasets save_to_disk folder; relative to the configuration file",
+    )
+    text_field: str = Field("text", description="the field holding each record's text")
+    id_field: str | None = Field(None, description="the field holding a stable record key; unset: the record's file and position")
+    title_field: str | None = Field(None, description="the field holding a title, if any")
+
+
 class WebTextConfig(Section):
-    dumps: list[Path] = Field(default_factory=list, description="Pushshift submission dumps RS_*.{zst,xz,bz2,gz,ndjson}")
+    dumps: list[str] = Field(default_factory=list, description="Pushshift submission dumps RS_*.{zst,xz,bz2,gz,ndjson}")
     karma_mode: Literal["sum", "single"] = Field(
         "sum", description="sum: karma summed per canonical URL (OpenWebText2); single: one post's karma (OpenWebText)"
     )
     min_karma: int = Field(3, description="URLs with less karma are skipped")
     exclude_over_18: bool = Field(False, description="skip posts marked over_18")
     offline: bool = Field(False, description="build only from WARCs already captured, fetch nothing")
-    warc_dir: Path | None = Field(None, description="WARC capture folder; unset: <run.output_dir>/webtext/warc")
+    warc_dir: str | None = Field(None, description="WARC capture folder; unset: <run.output_dir>/webtext/warc")
     extra_blocked_domains: list[str] = Field(default_factory=list, description="domains blocked besides the bundled list")
     extra_blocked_extensions: list[str] = Field(default_factory=list, description="URL file extensions blocked besides the bundled list")
     fetch: FetchConfig = Field(default_factory=FetchConfig, description="fetching limits")
@@ -278,6 +296,7 @@ class Config(Section):
     books: BooksConfig = Field(default_factory=BooksConfig, description="books stage")
     wikipedia: WikipediaConfig = Field(default_factory=WikipediaConfig, description="wikipedia stage")
     webtext: WebTextConfig = Field(default_factory=WebTextConfig, description="webtext stage")
+    records: RecordsConfig = Field(default_factory=RecordsConfig, description="records stage")
     clean: CleanConfig = Field(default_factory=CleanConfig, description="clean stage")
     dedup: DedupConfig = Field(default_factory=DedupConfig, description="dedup stage")
     near_dedup: NearDedupConfig = Field(default_factory=NearDedupConfig, description="near_dedup stage")
@@ -318,15 +337,20 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> None:
         for key in path_keys & section.keys():
             value = section[key]
             if isinstance(value, list):
-                section[key] = [str(base / v) for v in value]
+                section[key] = [_against(base, v) for v in value]
             elif isinstance(value, str):
-                section[key] = str(base / value)
+                section[key] = _against(base, value)
+
+
+def _against(base: Path, value: str) -> str:
+    """A relative local path joined to the configuration's folder; absolute paths and URIs as given."""
+    return value if "://" in value else str(base / value)
 
 
 def load_config(path: Path | None, overrides: list[str] | None = None) -> Config:
     data: dict[str, Any] = {}
     if path is not None:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        data = tomllib.loads(storage.read_text(path))
         _resolve_paths(data, Path(path).resolve().parent)
     data = apply_overrides(data, overrides or [])
     return Config.model_validate(data)

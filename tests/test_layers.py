@@ -22,7 +22,7 @@ FOLDERS = {
     "corpusforge": "corpusforge",
 }
 LAYERS = [
-    ("corpusforge.core.config", "corpusforge.core.files", "corpusforge.core.hashing"),
+    ("corpusforge.core",),
     ("corpusforge.corpora",),
     ("corpusforge.encoding",),
     ("corpusforge.shards",),

@@ -1,0 +1,364 @@
+"""Every file the project reads or writes goes through here: local paths and URIs (``s3://``, ``gs://``, ...).
+
+Paths are strings. A local path is opened with Python's own ``open`` (nothing added on the hot path);
+any URI with a scheme goes through fsspec, the library ``datasets``, Dask and pandas use, so whatever
+backend is installed works (``pip install 'corpusforge[s3]'`` brings s3fs, ``[gcs]`` gcsfs). Credentials
+and endpoints come from the backend's usual environment (``AWS_ENDPOINT_URL``, ``GOOGLE_APPLICATION_CREDENTIALS``),
+never from our configuration.
+
+Writes are whole or nothing: locally the bytes go to ``<name>.tmp-<uuid>`` beside the target and are
+renamed into place; on an object store one PUT is already all-or-nothing, so the object is written
+under its final name. An interrupted local run leaves only ``*.tmp-*`` debris, which
+``is_temporary`` recognises.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob as _glob
+import hashlib
+import json
+import os
+import posixpath
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import IO, Any
+
+PathLike = str | os.PathLike
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+_TEMP = re.compile(r"\.tmp-[0-9a-f]{32}")
+
+
+# --- names ---------------------------------------------------------------------------------------
+
+
+def scheme(path: PathLike) -> str | None:
+    """``"s3"`` for ``s3://b/k``; None for a local path (``file://`` URIs count as local)."""
+    found = _SCHEME.match(os.fspath(path))
+    return None if found is None or found.group(1) == "file" else found.group(1)
+
+
+def is_local(path: PathLike) -> bool:
+    return scheme(path) is None
+
+
+def resolve(path: PathLike) -> str:
+    """The canonical string of a path: local ones absolute with symlinks resolved, URIs as given."""
+    text = os.fspath(path)
+    if text.startswith("file://"):
+        text = text.removeprefix("file://")
+    if scheme(text) is None:
+        return os.path.realpath(os.path.expanduser(text))
+    return text.rstrip("/")
+
+
+def join(base: PathLike, *parts: str) -> str:
+    base = os.fspath(base)
+    return os.path.join(base, *parts) if is_local(base) else posixpath.join(base, *parts)
+
+
+def name(path: PathLike) -> str:
+    return posixpath.basename(os.fspath(path).rstrip("/"))
+
+
+def parent(path: PathLike) -> str:
+    text = os.fspath(path).rstrip("/")
+    return os.path.dirname(text) if is_local(text) else posixpath.dirname(text)
+
+
+def relative(path: PathLike, start: PathLike) -> str:
+    """``path`` relative to ``start``, with forward slashes (what manifests record)."""
+    path, start = os.fspath(path), os.fspath(start)
+    if is_local(path):
+        return os.path.relpath(path, start).replace(os.sep, "/")
+    return posixpath.relpath(path, start)
+
+
+def is_temporary(path: PathLike) -> bool:
+    """Whether a name is one of the atomic writers' temporaries (``<name>.tmp-<uuid>[suffix]``)."""
+    return bool(_TEMP.search(name(path)))
+
+
+def temp_name(path: PathLike, suffix: str = "") -> str:
+    return f"{os.fspath(path)}.tmp-{uuid.uuid4().hex}{suffix}"
+
+
+def filesystem(path: PathLike) -> tuple[Any, str]:
+    """(fsspec filesystem, path inside it): for libraries that take a filesystem object (pyarrow, Beam)."""
+    import fsspec.core
+
+    return fsspec.core.url_to_fs(os.fspath(path))
+
+
+def arrow_filesystem(path: PathLike) -> tuple[Any, str]:
+    """(pyarrow filesystem, path inside it): for pyarrow's writers and datasets (``filesystem=``)."""
+    import pyarrow.fs as pafs
+
+    if is_local(path):
+        return pafs.LocalFileSystem(), resolve(path)
+    fs, inner = filesystem(path)
+    return pafs.PyFileSystem(pafs.FSSpecHandler(fs)), inner
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+def arrow_input(path: PathLike) -> Any:
+    """A pyarrow input file for Arrow/Parquet readers: memory-mapped locally, streamed from a store."""
+    import pyarrow as pa
+
+    if is_local(path):
+        return pa.memory_map(resolve(path), "r")
+    return pa.PythonFile(open_file(path, "rb"), mode="r")
+
+
+def open_file(path: PathLike, mode: str = "rb", **kwargs: Any) -> IO:
+    """Open for reading or appending; whole-file writes go through ``writing`` (atomic)."""
+    if is_local(path):
+        return open(resolve(path), mode, **kwargs)
+    fs, inner = filesystem(path)
+    return fs.open(inner, mode, **kwargs)
+
+
+def read_bytes(path: PathLike) -> bytes:
+    with open_file(path, "rb") as handle:
+        return handle.read()
+
+
+def read_text(path: PathLike) -> str:
+    return read_bytes(path).decode("utf-8")
+
+
+def read_json(path: PathLike) -> Any:
+    return json.loads(read_bytes(path))
+
+
+def exists(path: PathLike) -> bool:
+    if is_local(path):
+        return os.path.exists(resolve(path))
+    fs, inner = filesystem(path)
+    return fs.exists(inner)
+
+
+def is_file(path: PathLike) -> bool:
+    if is_local(path):
+        return os.path.isfile(resolve(path))
+    fs, inner = filesystem(path)
+    return fs.isfile(inner)
+
+
+def is_dir(path: PathLike) -> bool:
+    if is_local(path):
+        return os.path.isdir(resolve(path))
+    fs, inner = filesystem(path)
+    return fs.isdir(inner)
+
+
+def size(path: PathLike) -> int:
+    if is_local(path):
+        return os.path.getsize(resolve(path))
+    fs, inner = filesystem(path)
+    return int(fs.size(inner))
+
+
+def mtime_ns(path: PathLike) -> int | None:
+    """Modification time in ns where the store keeps one (local files), else None."""
+    return os.stat(resolve(path)).st_mtime_ns if is_local(path) else None
+
+
+def _full(path: str, found: str) -> str:
+    """A path fsspec returned (no scheme) as a URI of ``path``'s scheme."""
+    protocol = scheme(path)
+    return found if protocol is None or scheme(found) else f"{protocol}://{found}"
+
+
+def listdir(path: PathLike) -> list[str]:
+    """The sorted full paths directly inside a folder (empty when there is none)."""
+    if is_local(path):
+        root = resolve(path)
+        return sorted(os.path.join(root, entry) for entry in os.listdir(root)) if os.path.isdir(root) else []
+    fs, inner = filesystem(path)
+    if not fs.isdir(inner):
+        return []
+    return sorted(
+        _full(os.fspath(path), entry.rstrip("/")) for entry in fs.ls(inner, detail=False) if entry.rstrip("/") != inner.rstrip("/")
+    )
+
+
+def glob(pattern: PathLike) -> list[str]:
+    """Sorted paths matching a glob pattern (``**`` spans folders)."""
+    pattern = os.fspath(pattern)
+    if is_local(pattern):
+        return sorted(_glob.glob(os.path.expanduser(pattern), recursive=True))
+    fs, inner = filesystem(pattern)
+    return sorted(_full(pattern, found) for found in fs.glob(inner))
+
+
+def files_under(root: PathLike) -> list[str]:
+    """Every finished file below a folder, sorted (an atomic writer's temporaries left out)."""
+    root = os.fspath(root)
+    if is_local(root):
+        top = resolve(root)
+        found = [os.path.join(folder, f) for folder, _, files in os.walk(top) for f in files]
+    else:
+        fs, inner = filesystem(root)
+        found = [_full(root, f) for f in fs.find(inner)] if fs.isdir(inner) else []
+    return sorted(f for f in found if not is_temporary(f))
+
+
+def sha256(path: PathLike) -> str:
+    with open_file(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+
+def makedirs(path: PathLike) -> None:
+    """Create a folder and its parents (object stores have no folders: nothing to do there)."""
+    if is_local(path):
+        os.makedirs(resolve(path), exist_ok=True)
+
+
+@contextmanager
+def writing(path: PathLike, mode: str = "wb") -> Iterator[IO]:
+    """A handle whose bytes appear at ``path`` only when the block ends without an exception."""
+    if not is_local(path):
+        fs, inner = filesystem(path)
+        with fs.open(inner, mode) as handle:  # an object appears only when it is closed
+            yield handle
+        return
+    with local_output(path) as temp, open(temp, mode) as handle:
+        yield handle
+
+
+@contextmanager
+def local_output(path: PathLike, suffix: str = "") -> Iterator[str]:
+    """A local temporary (file or folder) to write, published at ``path`` when the block ends normally.
+
+    For libraries that write by local path (tokenizers' ``save``, matplotlib's ``savefig``). Locally it is a
+    sibling renamed into place; for a URI it is a local temporary uploaded once finished. ``suffix``
+    keeps an extension for writers that choose the format from it. Replacing an existing folder is the
+    caller's decision: a rename only replaces a missing or empty one.
+    """
+    if is_local(path):
+        target = resolve(path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        temp = temp_name(target, suffix)
+        try:
+            yield temp
+            os.replace(temp, target)
+        except BaseException:
+            _remove_local(temp)
+            raise
+        return
+    with tempfile.TemporaryDirectory(prefix="corpusforge-") as scratch:
+        temp = os.path.join(scratch, name(path) + suffix)
+        yield temp
+        upload(temp, path)
+
+
+def upload(local: str, path: PathLike) -> None:
+    """Copy a finished local file or folder to ``path``."""
+    if is_local(path):
+        target = resolve(path)
+        if os.path.isdir(local):
+            shutil.copytree(local, target, dirs_exist_ok=True)
+        else:
+            with local_output(target) as temp:
+                shutil.copyfile(local, temp)
+        return
+    fs, inner = filesystem(path)
+    if os.path.isdir(local):
+        for folder, _, files in os.walk(local):
+            for f in files:
+                source = os.path.join(folder, f)
+                fs.put_file(source, posixpath.join(inner, os.path.relpath(source, local).replace(os.sep, "/")))
+    else:
+        fs.put_file(local, inner)
+
+
+def write_bytes(path: PathLike, data: bytes) -> None:
+    with writing(path) as handle:
+        handle.write(data)
+
+
+def write_text(path: PathLike, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: PathLike, data: Any) -> str:
+    write_bytes(path, (json.dumps(data, indent=2, default=str) + "\n").encode("utf-8"))
+    return os.fspath(path)
+
+
+def rename(source: PathLike, target: PathLike) -> None:
+    """Move a file into place (a rename locally; a copy then delete on object stores)."""
+    if is_local(source):
+        os.replace(resolve(source), resolve(target))
+        return
+    fs, inner = filesystem(source)
+    fs.mv(inner, filesystem(target)[1])
+
+
+def remove(path: PathLike) -> None:
+    """Delete one file; a missing one is not an error."""
+    if is_local(path):
+        try:
+            os.unlink(resolve(path))
+        except FileNotFoundError:
+            pass
+        return
+    fs, inner = filesystem(path)
+    if fs.exists(inner):
+        fs.rm_file(inner)
+
+
+def remove_tree(path: PathLike) -> None:
+    """Delete a folder and everything below it; a missing one is not an error."""
+    if is_local(path):
+        shutil.rmtree(resolve(path), ignore_errors=True)
+        return
+    fs, inner = filesystem(path)
+    if fs.exists(inner):
+        fs.rm(inner, recursive=True)
+
+
+def _remove_local(path: str) -> None:
+    if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+# --- the build lock ------------------------------------------------------------------------------
+
+
+class LockedError(ValueError):
+    """Another process holds the lock."""
+
+
+@contextmanager
+def lock(path: PathLike) -> Iterator[None]:
+    """Hold an exclusive lock named by ``path`` for the block, or raise ``LockedError`` at once.
+
+    Locally an advisory ``flock``: the kernel drops it when the holder dies, so a killed build never
+    leaves a stale lock behind.
+    """
+    if not is_local(path):
+        raise NotImplementedError(f"no lock for {scheme(path)}:// folders yet")
+    target = resolve(path)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LockedError(target) from None
+        yield
