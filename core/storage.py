@@ -362,3 +362,56 @@ def lock(path: PathLike) -> Iterator[None]:
         except BlockingIOError:
             raise LockedError(target) from None
         yield
+
+
+def normpath(path: PathLike) -> str:
+    """``a/b/../c`` as ``a/c``, a URI's scheme kept: an object store would take ``..`` as part of a key."""
+    text = os.fspath(path)
+    if is_local(text):
+        return os.path.normpath(text)
+    protocol, rest = text.split("://", 1)
+    return f"{protocol}://{posixpath.normpath(rest)}"
+
+
+def is_inside(path: PathLike, folder: PathLike) -> bool:
+    """Whether ``path`` lies below ``folder`` (both as ``resolve`` gives them)."""
+    path, folder = resolve(path), resolve(folder).rstrip("/")
+    return path.startswith(folder + ("/" if not is_local(folder) else os.sep))
+
+
+def arrow_input_unmapped(path: PathLike) -> Any:
+    """A pyarrow input file read with plain reads, never memory-mapped (mapped pages count toward a
+    worker's resident memory): for files read once, a batch or row group at a time."""
+    import pyarrow as pa
+
+    if is_local(path):
+        return pa.OSFile(resolve(path), "rb")
+    return pa.PythonFile(open_file(path, "rb"), mode="r")
+
+
+@contextmanager
+def arrow_output(path: PathLike) -> Iterator[Any]:
+    """``writing`` for Arrow and Parquet writers: a pyarrow output stream (native writes locally) whose
+    bytes appear at ``path`` only when the block ends normally."""
+    import pyarrow as pa
+
+    if not is_local(path):
+        with writing(path) as handle:
+            yield pa.PythonFile(handle, mode="w")
+        return
+    with local_output(path) as temp, pa.OSFile(temp, "wb") as sink:
+        yield sink
+
+
+def walk(root: PathLike) -> list[str]:
+    """Every file and folder below ``root``, temporaries included, sorted (for sweeping a killed build's debris)."""
+    root = os.fspath(root)
+    if is_local(root):
+        top = resolve(root)
+        return sorted(os.path.join(folder, entry) for folder, dirs, files in os.walk(top) for entry in [*dirs, *files])
+    fs, inner = filesystem(root)
+    return (
+        sorted(_full(root, found) for found in fs.find(inner, withdirs=True) if found.rstrip("/") != inner.rstrip("/"))
+        if fs.isdir(inner)
+        else []
+    )

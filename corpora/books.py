@@ -9,16 +9,18 @@ so the pipeline can account for every input file; nothing here raises on bad con
 
 from __future__ import annotations
 
+import io
+import os
 import re
 import warnings
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 from bs4 import BeautifulSoup
 from ebooklib import ITEM_DOCUMENT, epub
 from tqdm import tqdm
 
+from corpusforge.core import storage
 from corpusforge.corpora.decode import BinaryContentError, decode_bytes
 from corpusforge.corpora.document import Document, Reject, count_input, make_id
 from corpusforge.corpora.gutenberg import gutenberg_title, strip_gutenberg
@@ -29,20 +31,21 @@ _PARAGRAPH_BREAK = re.compile(r"\n[ \t\f\v]*\n")
 _BLOCK_TAGS = ("p", "div", "h1", "h2", "h3", "h4", "h5", "h6", "li", "blockquote", "pre", "dd", "dt", "td", "th", "figcaption")
 
 
-def list_book_files(root: Path, extensions: Sequence[str] = (".txt", ".epub"), counts: Counter[str] | None = None) -> list[Path]:
-    """Every book file under ``root`` (or ``root`` itself if it is a file), sorted by relative path;
-    each file listed counts one into ``counts["inputs"]`` (a book is one input)."""
-    root = Path(root)
+def list_book_files(
+    root: storage.PathLike, extensions: Sequence[str] = (".txt", ".epub"), counts: Counter[str] | None = None
+) -> list[str]:
+    """Every book file under ``root`` (or ``root`` itself if it is a file), sorted by relative path and
+    spelled from ``root`` as given (``read_book`` keys a book by its path below it); each file listed
+    counts one into ``counts["inputs"]`` (a book is one input)."""
+    root = os.fspath(root)
     wanted = tuple(ext.lower() for ext in extensions)
-    if not root.exists():
+    if not storage.exists(root):
         raise FileNotFoundError(f"books path does not exist: {root}")
-    if root.is_file():
-        files = [root] if root.name.lower().endswith(wanted) else []
+    if storage.is_file(root):
+        files = [root] if storage.name(root).lower().endswith(wanted) else []
     else:
-        files = sorted(
-            (p for p in root.rglob("*") if p.is_file() and p.name.lower().endswith(wanted)),
-            key=lambda p: p.relative_to(root).as_posix(),
-        )
+        top = storage.resolve(root)
+        files = [storage.join(root, storage.relative(p, top)) for p in storage.files_under(top) if storage.name(p).lower().endswith(wanted)]
     if not files:
         raise ValueError(f"no book files with extensions {', '.join(wanted)} under {root}")
     count_input(counts, len(files))
@@ -50,30 +53,30 @@ def list_book_files(root: Path, extensions: Sequence[str] = (".txt", ".epub"), c
 
 
 def read_books(
-    root: Path,
+    root: storage.PathLike,
     extensions: Sequence[str] = (".txt", ".epub"),
     progress: bool = False,
     counts: Counter[str] | None = None,
 ) -> Iterator[Document | Reject]:
     """One Document (or Reject) per book file under ``root``, in sorted path order; the files listed
     are counted into ``counts["inputs"]``."""
-    root = Path(root)
     for path in tqdm(list_book_files(root, extensions, counts), desc="books", unit="file", disable=not progress):
         yield read_book(path, root)
 
 
-def read_book(path: Path, root: Path) -> Document | Reject:
+def read_book(path: storage.PathLike, root: storage.PathLike) -> Document | Reject:
     """Read one ``.txt`` or ``.epub`` book; bad files become a Reject, never an exception."""
-    path, root = Path(path), Path(root)
-    key = path.name if root == path or root.is_file() else path.relative_to(root).as_posix()
+    path, root = os.fspath(path), os.fspath(root)
+    key = storage.name(path) if root == path or storage.is_file(root) else storage.relative(path, root)
     doc_id = make_id(SOURCE, key)
     try:
-        data = path.read_bytes()
+        data = storage.read_bytes(path)
     except OSError as error:
         return Reject(doc_id, SOURCE, "read_error", f"{type(error).__name__}: {error}", key)
-    if path.suffix.lower() == ".epub":
+    stem, suffix = os.path.splitext(storage.name(path))
+    if suffix.lower() == ".epub":
         try:
-            title, text = _epub_text(path)
+            title, text = _epub_text(data)
         except Exception as error:  # noqa: BLE001 - any malformed EPUB (zip, XML, OPF) is a parse error
             return Reject(doc_id, SOURCE, "parse_error", f"{type(error).__name__}: {error}", key)
     else:
@@ -84,7 +87,7 @@ def read_book(path: Path, root: Path) -> Document | Reject:
         title, text = gutenberg_title(raw), unwrap_paragraphs(strip_gutenberg(raw))
     if not text:
         return Reject(doc_id, SOURCE, "empty", "no text after removing boilerplate", key)
-    return Document(id=doc_id, source=SOURCE, title=title or path.stem, text=text, meta={"file": key})
+    return Document(id=doc_id, source=SOURCE, title=title or stem, text=text, meta={"file": key})
 
 
 def unwrap_paragraphs(text: str) -> str:
@@ -93,11 +96,11 @@ def unwrap_paragraphs(text: str) -> str:
     return "\n\n".join(p for p in paragraphs if p)
 
 
-def _epub_text(path: Path) -> tuple[str | None, str]:
+def _epub_text(data: bytes) -> tuple[str | None, str]:
     """Title and paragraphs of an EPUB, documents in spine (reading) order."""
     with warnings.catch_warnings():  # ebooklib warns about its own future defaults on every read
         warnings.simplefilter("ignore")
-        book = epub.read_epub(str(path), options={"ignore_ncx": True})
+        book = epub.read_epub(io.BytesIO(data), options={"ignore_ncx": True})
     titles = book.get_metadata("DC", "title")
     paragraphs: list[str] = []
     for item_id, _linear in book.spine:

@@ -98,23 +98,48 @@ def dedup_key(text: str) -> str:
     return hashlib.sha1(_NON_WORD.sub(" ", folded).strip().encode("utf-8")).hexdigest()
 
 
+# One single-character matcher of a regular expression: a class, a character escape (not \A \b \B \Z,
+# a group reference or an octal escape) or a plain character (no group, quantifier or anchor).
+_ATOM = re.compile(r"\[\^?\]?(?:\\.|[^\]\\])*\]|\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|N\{[^}]*\}|[^bBAZ0-9])|[^()*+?{}^$|\\[]")
+
+
 def _badness_width() -> int | None:
-    """The longest match of ftfy's badness pattern if every alternative needs a non-ASCII character, else None."""
-    parsed = re._parser.parse(ftfy.badness.BADNESS_RE.pattern, ftfy.badness.BADNESS_RE.flags)  # type: ignore[attr-defined]
-    constants = re._constants  # type: ignore[attr-defined]
-    if len(parsed.data) != 1 or parsed.data[0][0] != constants.BRANCH:
-        return None
+    """The longest match of ftfy's badness pattern if every alternative needs a non-ASCII character, else None.
 
-    def wide_only(op: object, value: object) -> bool:
-        if op == constants.LITERAL:
-            return value >= 128
-        if op == constants.IN:
-            return all(o == constants.LITERAL and v >= 128 or o == constants.RANGE and v[0] >= 128 for o, v in value)
-        return False
-
-    if not all(any(wide_only(op, value) for op, value in branch.data) for branch in parsed.data[0][1][1]):
+    The pattern is read as alternatives of single-character atoms (any other construct: None), and
+    whether an atom can match an ASCII character is asked of ``re`` itself, atom by atom.
+    """
+    pattern = ftfy.badness.BADNESS_RE
+    branches = _alternatives(pattern.pattern, verbose=bool(pattern.flags & re.VERBOSE))
+    if not branches or not all(any(_matches_no_ascii(atom, pattern.flags) for atom in branch) for branch in branches):
         return None
-    return parsed.getwidth()[1]
+    return max(map(len, branches))
+
+
+def _alternatives(pattern: str, verbose: bool) -> list[list[str]] | None:
+    """The top-level alternatives of ``pattern`` as lists of single-character atoms, or None."""
+    branches: list[list[str]] = [[]]
+    position = 0
+    while position < len(pattern):
+        char = pattern[position]
+        if verbose and char.isspace():
+            position += 1
+        elif verbose and char == "#":  # a comment runs to the end of the line
+            position = pattern.find("\n", position) % (len(pattern) + 1) + 1 if "\n" in pattern[position:] else len(pattern)
+        elif char == "|":
+            branches.append([])
+            position += 1
+        elif atom := _ATOM.match(pattern, position):
+            branches[-1].append(atom.group())
+            position = atom.end()
+        else:
+            return None
+    return branches
+
+
+def _matches_no_ascii(atom: str, flags: int) -> bool:
+    matcher = re.compile(atom, flags & ~re.VERBOSE)  # an atom has no layout; a class keeps its spaces either way
+    return not any(matcher.fullmatch(chr(point)) for point in range(128))
 
 
 _BADNESS_WIDTH = _badness_width()

@@ -14,15 +14,16 @@ import gzip
 import json
 import lzma
 import math
+import os
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 import zstandard
 
+from corpusforge.core import storage
 from corpusforge.corpora.document import InputFormatError, Reject, count_input, make_id
 from corpusforge.corpora.urls import Blocklist, clean_url
 
@@ -61,39 +62,40 @@ class Link:
     submission_ids: tuple[str, ...]
 
 
-def dump_chunks(path: Path) -> Iterator[bytes]:
+def dump_chunks(path: storage.PathLike) -> Iterator[bytes]:
     """Decompressed bytes of a dump (codec by file suffix), never read whole; damage or a cut anywhere,
     in every codec, raises one of ``CORRUPTION`` after everything before it was yielded."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix == ".zst":
-        yield from _zstd_chunks(path)
-        return
-    with _OPENERS.get(suffix, open)(path, "rb") as stream:
-        # read1: one raw read per call, so a cut raises after the data before it came out (read() drops it)
-        yield from iter(lambda: stream.read1(READ_BYTES), b"")
+    suffix = os.path.splitext(storage.name(path))[1].lower()
+    with storage.open_file(path, "rb") as raw:
+        if suffix == ".zst":
+            yield from _zstd_chunks(raw)
+        elif suffix in _OPENERS:
+            with _OPENERS[suffix](raw, "rb") as stream:
+                # read1: one raw read per call, so a cut raises after the data before it came out (read() drops it)
+                yield from iter(lambda: stream.read1(READ_BYTES), b"")
+        else:
+            yield from iter(lambda: raw.read(READ_BYTES), b"")
 
 
-def _zstd_chunks(path: Path) -> Iterator[bytes]:
+def _zstd_chunks(raw: IO[bytes]) -> Iterator[bytes]:
     """zstandard's stream reader ends quietly at a cut frame; a decompressobj tells (``eof``)."""
     decompressor = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
     frame = decompressor.decompressobj()
     started = False
-    with path.open("rb") as raw:
-        for data in iter(lambda: raw.read(READ_BYTES), b""):
-            while data:
-                started = True
-                out = frame.decompress(data)
-                if out:
-                    yield out
-                data = b""
-                if frame.eof:  # concatenated frames: the next one starts in the unused bytes
-                    data, frame, started = frame.unused_data, decompressor.decompressobj(), False
+    for data in iter(lambda: raw.read(READ_BYTES), b""):
+        while data:
+            started = True
+            out = frame.decompress(data)
+            if out:
+                yield out
+            data = b""
+            if frame.eof:  # concatenated frames: the next one starts in the unused bytes
+                data, frame, started = frame.unused_data, decompressor.decompressobj(), False
     if started:
         raise EOFError("zstd frame ended before its end (truncated dump)")
 
 
-def dump_lines(path: Path) -> Iterator[tuple[int, bytes | None]]:
+def dump_lines(path: storage.PathLike) -> Iterator[tuple[int, bytes | None]]:
     """(line number, line) for every line; ``None`` for a line longer than ``MAX_LINE_BYTES``, which
     is skipped without being held in memory."""
     pending = bytearray()
@@ -184,15 +186,15 @@ def parse_submission(line: bytes | str, where: str) -> Submission | Reject:
     )
 
 
-def read_submissions(path: Path, counts: Counter[str] | None = None) -> Iterator[Submission | Reject]:
+def read_submissions(path: storage.PathLike, counts: Counter[str] | None = None) -> Iterator[Submission | Reject]:
     """Stream one dump: one record per non-blank line, counted into ``counts["inputs"]`` as read.
 
     Any exception on a line becomes a ``parse_error`` reject keyed ``file:line``; damage or a cut
     ends the file in one ``corrupt_input`` reject after the lines before it. A file in which no line
     (of the first ``SNIFF_LINES``) is a submission raises ``InputFormatError``.
     """
-    path = Path(path)
-    if not path.is_file():
+    path, name = os.fspath(path), storage.name(path)
+    if not storage.is_file(path):
         raise FileNotFoundError(f"Reddit dump not found: {path}")
     lines = submissions = 0
     try:
@@ -201,7 +203,7 @@ def read_submissions(path: Path, counts: Counter[str] | None = None) -> Iterator
                 continue
             count_input(counts)
             lines += 1
-            where = f"{path.name}:{number}"
+            where = f"{name}:{number}"
             record = _parse_line(line, where)
             submissions += isinstance(record, Submission)
             yield record
@@ -210,13 +212,13 @@ def read_submissions(path: Path, counts: Counter[str] | None = None) -> Iterator
     except CORRUPTION as error:
         count_input(counts)
         detail = " ".join(f"{type(error).__name__}: {error}".split())
-        yield submission_reject("corrupt_input", f"{path.name}:corrupt", f"{path}: {detail} after {lines} lines")
+        yield submission_reject("corrupt_input", f"{name}:corrupt", f"{path}: {detail} after {lines} lines")
         return
     if lines and not submissions:
         raise InputFormatError(_format_error(path, str(lines)))
 
 
-def check_dump_format(path: Path) -> None:
+def check_dump_format(path: storage.PathLike) -> None:
     """Raise ``InputFormatError`` (or ``FileNotFoundError``) now, before a build starts, unless a
     submission comes among the first ``SNIFF_LINES`` lines; damage is not a format error (the build
     counts it)."""
@@ -235,7 +237,7 @@ def _parse_line(line: bytes | None, where: str) -> Submission | Reject:
         return submission_reject("parse_error", where, " ".join(f"{type(error).__name__}: {error}".split())[:300])
 
 
-def _format_error(path: Path, lines: str) -> str:
+def _format_error(path: str, lines: str) -> str:
     return (
         f"{path}: none of its {lines} lines is a Reddit submission; expected a Pushshift submissions "
         "dump (RS_*): one JSON object per line with id, url and title, as .zst, .xz, .bz2, .gz or plain NDJSON"

@@ -19,13 +19,14 @@ import posixpath
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from courlan import scrub_url
 from courlan.clean import decode_punycode
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
+from corpusforge.core import storage
+
+DATA_DIR = storage.join(storage.parent(storage.resolve(__file__)), "data")
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 # Query parameters that only track the click, never select content.
@@ -159,7 +160,7 @@ def canonical_url(raw: str) -> str | None:
 
 
 def _read_list(name: str) -> frozenset[str]:
-    text = (DATA_DIR / name).read_text(encoding="utf-8")
+    text = storage.read_text(storage.join(DATA_DIR, name))
     return frozenset(line.split("#", 1)[0].strip().lower() for line in text.splitlines()) - {""}
 
 

@@ -5,7 +5,8 @@ failures as ``metadata`` records whose JSON payload carries the reject reason. T
 asked for travels in ``WARC-Corpusforge-Request-URI`` (the target URI is the final hop), so a
 replay finds a capture by the URL it would have fetched. Foreign WARCs (wget, Common Crawl) replay
 by their target URI. The index can key captures canonically, so that a page captured under another
-spelling (parameter order, an empty parameter, a ``#fragment``) is still found. Files are written under a temporary name and renamed when complete.
+spelling (parameter order, an empty parameter, a ``#fragment``) is still found. Files are written under a temporary name and renamed when complete
+(``corpusforge.core.storage.writing``), so any path may be a local one or a URI.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import dataclasses
 import io
 import json
 import logging
+import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from urllib.parse import quote
 
 from warcio.archiveiterator import ArchiveIterator
@@ -27,7 +28,7 @@ from warcio.bufferedreaders import ChunkedDataReader
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from corpusforge.core.files import atomic_path
+from corpusforge.core import storage
 from corpusforge.corpora.document import count_input
 
 log = logging.getLogger(__name__)
@@ -60,17 +61,15 @@ class Capture:
 
 class WarcFile:
     """Append captures to ``path`` (gzip per record) inside a ``with`` block; the file appears only
-    when the block ends normally (``corpusforge.core.files.atomic_path``)."""
+    when the block ends normally (``corpusforge.core.storage.writing``)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
+    def __init__(self, path: storage.PathLike) -> None:
+        self.path = os.fspath(path)
         self._stack = ExitStack()
 
     def __enter__(self) -> "WarcFile":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         with ExitStack() as stack:
-            temp = stack.enter_context(atomic_path(self.path))
-            self.stream = stack.enter_context(temp.open("wb"))
+            self.stream = stack.enter_context(storage.writing(self.path, "wb"))
             self._stack = stack.pop_all()
         self.writer = WARCWriter(self.stream, gzip=True)
         return self
@@ -154,20 +153,20 @@ def _to_capture(record, max_bytes: int) -> Capture | None:  # type: ignore[no-un
     return None
 
 
-def iter_captures(path: Path, max_bytes: int = 20_000_000, counts: Counter[str] | None = None) -> Iterator[Capture]:
+def iter_captures(path: storage.PathLike, max_bytes: int = 20_000_000, counts: Counter[str] | None = None) -> Iterator[Capture]:
     """Every response or failure record of one WARC, in file order, each counted into
     ``counts["inputs"]`` as it is read. A record that cannot be read is a capture with reason
     ``malformed_record``; damage that ends the file (a cut, bad gzip) one ``corrupt_input`` capture
     after the records before it, so a damaged WARC never stops a build."""
-    path = Path(path)
-    with path.open("rb") as stream:
+    path = os.fspath(path)
+    with storage.open_file(path, "rb") as stream:
         records = ArchiveIterator(stream)
         while True:
             try:
                 record = next(records, None)
             except Exception as error:  # noqa: BLE001 - warcio raises many types on damaged input
                 count_input(counts)
-                yield Capture(url=str(path), reason="corrupt_input", detail=_describe(error))
+                yield Capture(url=path, reason="corrupt_input", detail=_describe(error))
                 return
             if record is None:
                 return
@@ -182,27 +181,25 @@ def iter_captures(path: Path, max_bytes: int = 20_000_000, counts: Counter[str] 
             else:
                 detail = "" if capture is not None else "response record without HTTP headers"
             url = record.rec_headers.get_header(REQUEST_URI) or record.rec_headers.get_header("WARC-Target-URI")
-            yield capture or Capture(url=url or str(path), reason="malformed_record", detail=detail)
+            yield capture or Capture(url=url or path, reason="malformed_record", detail=detail)
 
 
 def _describe(error: BaseException) -> str:
     return " ".join(f"{type(error).__name__}: {error}".split())[:300]
 
 
-def warc_files(warc_dir: Path) -> list[Path]:
+def warc_files(warc_dir: storage.PathLike) -> list[str]:
     """Completed WARCs only (temporary files of an interrupted run are ignored), in name order."""
-    if not Path(warc_dir).is_dir():
-        return []
-    return sorted(p for p in Path(warc_dir).iterdir() if p.name.endswith((".warc.gz", ".warc")) and p.is_file())
+    return [p for p in storage.listdir(warc_dir) if storage.name(p).endswith((".warc.gz", ".warc")) and storage.is_file(p)]
 
 
-def index_warcs(warc_dir: Path, key: Callable[[str], str] = str) -> dict[str, tuple[Path, int]]:
+def index_warcs(warc_dir: storage.PathLike, key: Callable[[str], str] = str) -> dict[str, tuple[str, int]]:
     """``key(requested URL)`` -> (file, record offset). A response beats a failure; else the later file wins.
     A damaged file is indexed up to its damage (what is not found is fetched again)."""
-    index: dict[str, tuple[Path, int]] = {}
+    index: dict[str, tuple[str, int]] = {}
     succeeded: set[str] = set()
     for path in warc_files(warc_dir):
-        with path.open("rb") as stream:
+        with storage.open_file(path, "rb") as stream:
             records = ArchiveIterator(stream)
             try:
                 for record in records:
@@ -221,9 +218,9 @@ def index_warcs(warc_dir: Path, key: Callable[[str], str] = str) -> dict[str, tu
     return index
 
 
-def read_capture(path: Path, offset: int, max_bytes: int = 20_000_000) -> Capture:
+def read_capture(path: storage.PathLike, offset: int, max_bytes: int = 20_000_000) -> Capture:
     """The capture stored at ``offset`` (from ``index_warcs``)."""
-    with Path(path).open("rb") as stream:
+    with storage.open_file(path, "rb") as stream:
         stream.seek(offset)
         record = next(iter(ArchiveIterator(stream)))
         capture = _to_capture(record, max_bytes)

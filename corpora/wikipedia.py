@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import bz2
 import html
-import io
+import os
 import re
 import xml.etree.ElementTree as ET
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import BinaryIO, Literal
 
-from tqdm import tqdm
-
-from corpusforge.core.files import atomic_path
+from corpusforge.core import storage
 from corpusforge.corpora.document import Document, Reject, count_input, make_id
 from corpusforge.corpora.wikitext import MarkupTimeout, wikitext_to_text
 
@@ -47,7 +45,6 @@ _DISAMBIGUATION = re.compile(
 )
 _PAGE_ID = re.compile(rb"<id>\s*(\d+)\s*</id>")
 _TITLE = re.compile(rb"<title>([^<]*)")  # no "</title>" needed: a broken page is named too
-_XML_DECLARATION = re.compile(rb"<\?xml[^>]*\?>\s*")
 _ENCODING = re.compile(rb"""encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
 
 
@@ -71,38 +68,39 @@ class _SiteInfo:
 MIN_RANGES = 32  # byte ranges a multistream dump is read in at least (when it has that many streams)
 
 
-def plan_ranges(path: Path, index_path: Path | None = None, streams_per_range: int = 100, min_ranges: int = MIN_RANGES) -> list[DumpRange]:
+def plan_ranges(
+    path: storage.PathLike, index_path: storage.PathLike | None = None, streams_per_range: int = 100, min_ranges: int = MIN_RANGES) -> list[DumpRange]:
     """Byte ranges that together cover a dump; many only for a multistream dump with its index.
 
     A range is ``streams_per_range`` streams, or fewer when that would give under ``min_ranges``
     ranges: a dump of a few hundred streams is still read by every worker, not by three of them.
     """
-    path = Path(path)
-    if not path.is_file():
+    path = os.fspath(path)
+    if not storage.is_file(path):
         raise FileNotFoundError(f"Wikipedia dump not found: {path}")
-    if path.stat().st_size == 0:
+    if storage.size(path) == 0:
         raise ValueError(f"Wikipedia dump is empty: {path}")
     if streams_per_range < 1:
         raise ValueError(f"streams_per_range must be >= 1, got {streams_per_range}")
     if not _is_bz2(path):
-        return [DumpRange(str(path), 0, None, "plain")]
-    index_path = Path(index_path) if index_path is not None else _find_index(path)
+        return [DumpRange(path, 0, None, "plain")]
+    index_path = os.fspath(index_path) if index_path is not None else _find_index(path)
     if index_path is None:
-        return [DumpRange(str(path), 0, None, "bz2")]
-    if not index_path.is_file():
+        return [DumpRange(path, 0, None, "bz2")]
+    if not storage.is_file(index_path):
         raise FileNotFoundError(f"multistream index not found: {index_path}")
     offsets = read_stream_offsets(index_path)
     if not offsets:
         raise ValueError(f"multistream index has no entries: {index_path}")
     starts = offsets[:: min(streams_per_range, max(1, len(offsets) // min_ranges))]
     ends: list[int | None] = [*starts[1:], None]
-    return [DumpRange(str(path), start, end, "multistream") for start, end in zip(starts, ends)]
+    return [DumpRange(path, start, end, "multistream") for start, end in zip(starts, ends)]
 
 
-def read_stream_offsets(index_path: Path) -> list[int]:
+def read_stream_offsets(index_path: storage.PathLike) -> list[int]:
     """Sorted distinct stream offsets of a ``offset:page_id:title`` index (bz2 or plain)."""
-    opener = bz2.open if _is_bz2(index_path) else open
-    with opener(index_path, "rb") as f:
+    compressed = _is_bz2(index_path)
+    with storage.open_file(index_path, "rb") as raw, bz2.BZ2File(raw) if compressed else nullcontext(raw) as f:
         return sorted({int(line.split(b":", 1)[0]) for line in f if line.strip()})
 
 
@@ -236,7 +234,7 @@ class _RangeReader:
         start, head, error = self.damaged  # type: ignore[misc]
         raw = head[: end - start]
         page_id, title = _page_id_and_title(raw.decode(self.codec, errors="replace").encode("utf-8"))
-        site_key = self.site.key if self.site else Path(self.r.path).name
+        site_key = self.site.key if self.site else storage.name(self.r.path)
         count_input(self.counts)
         self.damaged = None
         return Reject(
@@ -270,64 +268,6 @@ class _RangeReader:
             self.base += cut
 
 
-def build_multistream(src: Path, dst: Path, index: Path, pages_per_stream: int = 100) -> None:
-    """Rewrite any dump as a real bz2 multistream dump (UTF-8) plus its bz2 ``offset:id:title``
-    index: the header in stream one, ``pages_per_stream`` pages per stream, the footer last."""
-    if pages_per_stream < 1:
-        raise ValueError(f"pages_per_stream must be >= 1, got {pages_per_stream}")
-    with atomic_path(Path(dst)) as dst_tmp, atomic_path(Path(index)) as index_tmp:
-        with (
-            open(dst_tmp, "wb") as out,
-            bz2.open(index_tmp, "wb") as index_out,
-            tqdm(desc=f"multistream {dst.name}", unit=" pages", disable=None) as progress,
-        ):
-            pages: list[bytes] = []
-
-            def flush_pages() -> None:
-                offset = out.tell()
-                out.write(bz2.compress(b"".join(pages)))
-                for page in pages:
-                    page_id, title = _page_id_and_title(page)
-                    index_out.write(f"{offset}:{page_id}:{title}\n".encode("utf-8"))
-                pages.clear()
-
-            for part, data in _dump_parts(Path(src)):
-                if part == "page":
-                    progress.update()
-                    pages.append(data)
-                    if len(pages) == pages_per_stream:
-                        flush_pages()
-                    continue
-                if pages:
-                    flush_pages()
-                out.write(bz2.compress(data))  # header or footer: a stream of its own
-
-
-def _dump_parts(src: Path) -> Iterator[tuple[Literal["header", "page", "footer"], bytes]]:
-    """Split a dump (any encoding, one tag per line as MediaWiki writes them) into its header,
-    its ``<page>`` elements and its footer, re-encoded as UTF-8 without an XML declaration."""
-    opener = bz2.open if _is_bz2(src) else open
-    with opener(src, "rb") as f:
-        encoding = _sniff_encoding(f.read(512))
-    part: Literal["header", "page", "footer"] = "header"
-    lines: list[str] = []
-    with opener(src, "rb") as f, io.TextIOWrapper(f, encoding=encoding, newline="") as text:
-        for line in text:
-            stripped = line.lstrip()
-            if stripped.startswith("<page>") or stripped.startswith("<page "):
-                if lines and part != "page":
-                    yield part, _XML_DECLARATION.sub(b"", "".join(lines).encode("utf-8"), count=1)
-                    lines = []
-                part = "page"
-            lines.append(line)
-            if part == "page" and stripped.startswith("</page>"):
-                yield "page", "".join(lines).encode("utf-8")
-                lines = []
-                part = "footer"
-    if lines:
-        yield part, "".join(lines).encode("utf-8")
-
-
 def _sniff_encoding(head: bytes) -> str:
     """Encoding of an XML document from its first bytes: BOM, then declaration, else UTF-8."""
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):
@@ -345,7 +285,7 @@ def _sniff_encoding(head: bytes) -> str:
 def _xml_chunks(r: DumpRange) -> Iterator[bytes]:
     """Raw XML bytes of the range; a multistream range is prefixed by the dump's first stream
     (XML declaration, ``<mediawiki>`` root with its namespace, and siteinfo)."""
-    with open(r.path, "rb") as f:
+    with storage.open_file(r.path, "rb") as f:
         if r.kind == "plain":
             yield from iter(lambda: f.read(READ_BYTES), b"")
         elif r.kind == "bz2":
@@ -435,7 +375,7 @@ def _site_info(siteinfo: ET.Element | None, root: ET.Element | None, path: str) 
     else:
         lang = root.get("{http://www.w3.org/XML/1998/namespace}lang", "en") if root is not None else "en"
         url_base = f"https://{lang}.wikipedia.org/wiki/"
-    key = dbname or Path(path).name.split(".", 1)[0]
+    key = dbname or storage.name(path).split(".", 1)[0]
     return _SiteInfo(key, url_base, media)
 
 
@@ -498,19 +438,19 @@ def _page_id_and_title(page: bytes) -> tuple[str, str]:
     return page_id, title
 
 
-def _is_bz2(path: Path) -> bool:
-    with open(path, "rb") as f:
+def _is_bz2(path: storage.PathLike) -> bool:
+    with storage.open_file(path, "rb") as f:
         return f.read(3) == b"BZh"
 
 
-def _find_index(path: Path) -> Path | None:
+def _find_index(path: str) -> str | None:
     """The index the dumps publish beside a multistream file: ``X-multistream-index.txt.bz2``
     for ``X-multistream.xml.bz2`` (also ``X.xml.bz2`` -> ``X-index.txt.bz2``)."""
-    name = path.name
+    name = storage.name(path)
     for suffix in (".xml.bz2", ".bz2"):
         if name.endswith(suffix):
-            candidate = path.with_name(name[: -len(suffix)] + "-index.txt.bz2")
-            if candidate.is_file():
+            candidate = storage.join(storage.parent(path), name[: -len(suffix)] + "-index.txt.bz2")
+            if storage.is_file(candidate):
                 return candidate
     return None
 

@@ -66,9 +66,13 @@ def main(
 
 def resolve_config(path: Optional[Path], overrides: list[str]) -> Config:
     """The configuration ``build`` would run, or one line saying which flag or file is wrong."""
+    from corpusforge.stages import check_stage_names
+
     path = path or DEMO_CONFIG
     try:
-        return load_config(path, overrides)
+        cfg = load_config(path, overrides)
+        check_stage_names(cfg)
+        return cfg
     except ValidationError as error:
         fail(explain_error(error, overrides, path))
     except tomllib.TOMLDecodeError as error:
@@ -152,7 +156,9 @@ def user_error(error: BaseException) -> str | None:
 
 @docs_app.command("inspect")
 def docs_inspect(
-    path: Path = typer.Argument(..., help="A build output directory, its documents/ or rejects/ folder, or one Parquet file."),
+    path: str = typer.Argument(
+        ..., help="A build output directory, its documents/ or rejects/ folder, or one Parquet file (a path or URI)."
+    ),
     show: Optional[str] = typer.Option(None, "--show", help="Print one record: its row number or id."),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable summary."),
 ) -> None:

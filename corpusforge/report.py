@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pyarrow.compute as pc
@@ -13,6 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from corpusforge.build import BuildResult
+from corpusforge.core import storage
+from corpusforge.core.layout import Layout
 from corpusforge.corpora.document_files import iter_row_groups, word_counts
 from corpusforge.pipeline.documents_io import output_files
 from corpusforge.pipeline.summary import collect_stats, stats_to_json
@@ -50,7 +51,9 @@ def print_build_summary(console: Console, result: BuildResult) -> None:
     if result.stats:
         console.print(sources_table(result.stats))
         console.print(rejects_table(result.stats))
-    for name in ("bert", "gpt"):
+    from corpusforge.stages import EXAMPLE_FORMATS
+
+    for name in (stage.name for stage in EXAMPLE_FORMATS):
         shards = result.artifacts.get(name)
         if isinstance(shards, dict):
             totals = shards.get("totals", shards)
@@ -70,42 +73,47 @@ def print_build_summary(console: Console, result: BuildResult) -> None:
         console.print(f"[bold yellow]warning[/]: {escape(warning)}")
     timings = ", ".join(f"{stage} {seconds:.1f}s" for stage, seconds in result.stage_seconds.items())
     console.print(f"[bold]wall time[/]: {timings}")
-    console.print(f"[bold green]outputs[/] in {result.output_dir}:")
-    for sub in ("documents", "rejects", "vocab", "shards", "train"):
-        if (result.output_dir / sub).exists():
-            console.print(f"  {result.output_dir / sub}/")
+    layout = Layout.at(result.output_dir)
+    console.print(f"[bold green]outputs[/] in {layout.out}:")
+    for folder in (layout.documents, layout.rejects, layout.vocab_root, layout.shards_root, layout.path("train")):
+        if storage.is_dir(folder):
+            console.print(f"  {folder}/")
     console.print(f"  manifest: {result.manifest_path}")
-    if (result.output_dir / "report.html").is_file():
-        console.print(f"  report:   {result.output_dir / 'report.html'}  (open it in a browser)")
+    if storage.is_file(layout.report):
+        console.print(f"  report:   {layout.report}  (open it in a browser)")
 
 
-def _is_rejects(path: Path) -> bool:
-    return "reason" in pq.read_schema(path).names
+def _is_rejects(path: str) -> bool:
+    return "reason" in pq.read_schema(storage.arrow_input(path)).names
 
 
-def _locate(path: Path) -> tuple[list[Path], list[Path]]:
+def _locate(path: str) -> tuple[list[str], list[str]]:
     """(document files, reject files) for a build directory, a documents or rejects folder, or one file."""
-    if path.is_file():
+    path = storage.resolve(path)
+    layout = Layout.at(path)
+    if storage.is_file(path):
         return ([], [path]) if _is_rejects(path) else ([path], [])
-    if (path / "documents").is_dir():
-        return output_files(path / "documents"), output_files(path / "rejects")
-    if (path / "manifest.json").is_file() and any(path.glob("train-*.arrow")):
+    if storage.is_dir(layout.documents):
+        return output_files(layout.documents), output_files(layout.rejects)
+    if storage.is_file(storage.join(path, "manifest.json")) and storage.glob(storage.join(path, "train-*.arrow")):
         raise ValueError(f"{path} is a shard directory: use `corpusforge shards inspect {path}`")
-    if path.is_dir():
+    if storage.is_dir(path):
         files = output_files(path)
         if files and _is_rejects(files[0]):
             return [], files
-        return files, output_files(path.parent / "rejects") if path.name == "documents" else []
+        beside = Layout.at(storage.parent(path))
+        return files, output_files(beside.rejects) if path == beside.documents else []
     raise FileNotFoundError(f"{path}: no such file or directory")
 
 
-def inspect_documents(console: Console, path: Path, show: str | None = None, as_json: bool = False) -> None:
+def inspect_documents(console: Console, path: str, show: str | None = None, as_json: bool = False) -> None:
     """Counts and lengths of documents (or reject reasons of a rejects folder), then one record if asked."""
     doc_files, reject_files = _locate(path)
     if not doc_files and not reject_files:
         raise FileNotFoundError(f"{path}: no part-*.parquet document or reject files")
     row = _find_row(doc_files or reject_files, show) if show is not None else None  # a bad --show fails before any output
-    stats = collect_stats(doc_files[0].parent if doc_files else path / "_none", reject_files[0].parent if reject_files else path / "_none")
+    none = storage.join(path, "_none")
+    stats = collect_stats(storage.parent(doc_files[0]) if doc_files else none, storage.parent(reject_files[0]) if reject_files else none)
     words = _word_counts(doc_files)
     lengths = _length_stats(words) if doc_files else {}
     if as_json:
@@ -128,7 +136,7 @@ def inspect_documents(console: Console, path: Path, show: str | None = None, as_
         _print_row(console, row)
 
 
-def _word_counts(doc_files: list[Path]) -> np.ndarray:
+def _word_counts(doc_files: list[str]) -> np.ndarray:
     return np.concatenate(
         [np.zeros(0, dtype=np.int64)]
         + [word_counts(table["text"]).to_numpy(zero_copy_only=False) for table in iter_row_groups(doc_files, ["text"])]
@@ -158,12 +166,12 @@ def _histogram(words: np.ndarray, bins: int = 10, width: int = 40) -> str:
     return "\n".join(lines)
 
 
-def _find_row(files: list[Path], show: str) -> dict:
+def _find_row(files: list[str], show: str) -> dict:
     """Row ``show`` (a row number across the files, or an id) as a dict; KeyError if there is none."""
     index = int(show) if show.isdigit() else None
     total = 0
     for f in files:
-        table = pq.read_table(f)
+        table = pq.read_table(storage.arrow_input(f))
         total += table.num_rows
         if index is not None:
             if index < table.num_rows:

@@ -15,7 +15,6 @@ import io
 import json
 from collections import Counter
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
@@ -23,12 +22,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from corpusforge import __version__
-from corpusforge.core.files import atomic_write_bytes
+from corpusforge.core import storage
+from corpusforge.core.layout import Layout
 from corpusforge.corpora.document_files import iter_rows
 from corpusforge.pipeline.documents_io import output_files
 from corpusforge.shards.inspect import summarize
 
-REPORT_NAME = "report.html"
 FERTILITY_SAMPLE_BYTES = 2_000_000  # text tokenized per vocabulary for tokens-per-word
 DUPLICATE_REASONS = ("duplicate", "near_duplicate")  # their ``detail`` is the id of the document kept
 STYLE = """
@@ -41,30 +40,35 @@ td:first-child,th:first-child{text-align:left} .warn{color:#a40;font-weight:600}
 """
 
 
-def write_report(out_dir: Path) -> Path:
+def write_report(out_dir: storage.PathLike) -> str:
     """Write ``out_dir/report.html`` from the build's files and return its path."""
-    out_dir = Path(out_dir)
-    manifest = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
+    from corpusforge.stages import EXAMPLE_FORMATS
+
+    layout = Layout.at(out_dir)
+    manifest = storage.read_json(layout.manifest)
     sections = [
         _sources(manifest),
         _rejects(manifest),
         _lengths(manifest),
-        _duplicates(output_files(out_dir / "rejects")),
-        _vocabularies(out_dir, manifest),
-        *(_shards(out_dir / "shards" / task, task) for task in ("bert", "gpt") if (out_dir / "shards" / task / "manifest.json").is_file()),
+        _duplicates(output_files(layout.rejects)),
+        _vocabularies(layout, manifest),
+        *(
+            _shards(layout.shards(stage.name), stage.name)
+            for stage in EXAMPLE_FORMATS
+            if storage.is_file(storage.join(layout.shards(stage.name), "manifest.json"))
+        ),
         _stage_times(manifest),
     ]
     stages = ", ".join(manifest.get("config", {}).get("run", {}).get("stages", []))
     page = (
         f"<!doctype html><html lang=en><head><meta charset=utf-8><title>corpusforge build report</title><style>{STYLE}</style></head><body>"
-        f"<h1>corpusforge build report</h1><p class=meta>{html.escape(str(out_dir.resolve()))} · stages: {html.escape(stages)} · "
+        f"<h1>corpusforge build report</h1><p class=meta>{html.escape(layout.out)} · stages: {html.escape(stages)} · "
         f"written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by corpusforge {__version__}</p>"
         + "".join(s for s in sections if s)
         + "</body></html>"
     )
-    path = out_dir / REPORT_NAME
-    atomic_write_bytes(path, page.encode("utf-8"))
-    return path
+    storage.write_bytes(layout.report, page.encode("utf-8"))
+    return layout.report
 
 
 # ---- sections -----------------------------------------------------------------------------------------------
@@ -133,11 +137,11 @@ def _lengths(manifest: dict) -> str:
     return _section("Document lengths", _table(["source", "documents", "min", "median", "mean", "max"], rows) + _img(figure))
 
 
-def _duplicates(reject_files: list[Path]) -> str:
+def _duplicates(reject_files: list[str]) -> str:
     """Cluster sizes: each removed copy names the document kept, so a cluster is that id plus its copies."""
     clusters: dict[str, Counter[str]] = {reason: Counter() for reason in DUPLICATE_REASONS}
     for path in reject_files:
-        table = pq.read_table(path, columns=["reason", "detail"])
+        table = pq.read_table(storage.arrow_input(path), columns=["reason", "detail"])
         for reason in DUPLICATE_REASONS:
             details = table.filter(pc.equal(table["reason"], reason))["detail"].to_pylist()
             clusters[reason].update(d for d in details if d)
@@ -163,16 +167,16 @@ def _duplicates(reject_files: list[Path]) -> str:
     return _section("Duplicate clusters", _table(["reason", "clusters", "removed", "largest", "mean size"], rows) + _img(figure))
 
 
-def _vocabularies(out_dir: Path, manifest: dict) -> str:
+def _vocabularies(layout: Layout, manifest: dict) -> str:
     from tokenizers import Tokenizer
 
     requested = manifest.get("config", {}).get("vocab", {})
     rows = []
     for kind, key in (("wordpiece", "wordpiece_vocab_size"), ("bpe", "bpe_vocab_size")):
-        path = out_dir / "vocab" / kind / "tokenizer.json"
-        if not path.is_file():
+        path = storage.join(layout.vocab(kind), "tokenizer.json")
+        if not storage.is_file(path):
             continue
-        tokenizer = Tokenizer.from_file(str(path))
+        tokenizer = Tokenizer.from_str(storage.read_text(path))
         reached, wanted = tokenizer.get_vocab_size(with_added_tokens=True), requested.get(key)
         note = (
             f"<span class=warn>{reached / wanted:.0%} of the requested size: the corpus ran out of merges</span>"
@@ -180,7 +184,7 @@ def _vocabularies(out_dir: Path, manifest: dict) -> str:
             else "reached"
         )
         rows.append(
-            [kind, _cell(wanted, f"config.vocab.{key}") if wanted else "-", f"{reached:,}", note, f"{_fertility(tokenizer, out_dir):.3f}"]
+            [kind, _cell(wanted, f"config.vocab.{key}") if wanted else "-", f"{reached:,}", note, f"{_fertility(tokenizer, layout):.3f}"]
         )
     if not rows:
         return ""
@@ -191,17 +195,17 @@ def _vocabularies(out_dir: Path, manifest: dict) -> str:
     )
 
 
-def _fertility(tokenizer: Any, out_dir: Path) -> float:
+def _fertility(tokenizer: Any, layout: Layout) -> float:
     """Tokens per word, paragraph by paragraph: an ``Encoding`` of a whole 1 MB book held ~150 MB."""
     words = tokens = 0
-    for text in _text_sample(output_files(out_dir / "documents"), FERTILITY_SAMPLE_BYTES):
+    for text in _text_sample(output_files(layout.documents), FERTILITY_SAMPLE_BYTES):
         paragraphs = text.split("\n\n")
         words += sum(len(paragraph.split()) for paragraph in paragraphs)
         tokens += sum(len(encoding) for encoding in tokenizer.encode_batch_fast(paragraphs, add_special_tokens=False))
     return tokens / words if words else 0.0
 
 
-def _text_sample(doc_files: list[Path], budget: int) -> Iterable[str]:
+def _text_sample(doc_files: list[str], budget: int) -> Iterable[str]:
     for (text,) in iter_rows(doc_files, ["text"]):
         yield text[:budget]
         budget -= len(text)
@@ -209,7 +213,7 @@ def _text_sample(doc_files: list[Path], budget: int) -> Iterable[str]:
             return
 
 
-def _shards(directory: Path, task: str) -> str:
+def _shards(directory: str, task: str) -> str:
     summary = summarize(directory)
     rows = [
         ("shards", _cell(summary["shards"], f"shards.{task}.shards")),
@@ -219,7 +223,7 @@ def _shards(directory: Path, task: str) -> str:
         ("mean length", f"{summary['mean_length']:.1f}"),
         ("padding", f"{summary['padding_fraction']:.2%}"),
     ]
-    if task == "bert":
+    if "masked_fraction" in summary:  # masked-LM examples
         rows += [
             ("masked (of real tokens)", f"{summary['masked_fraction']:.2%}"),
             (

@@ -1,207 +1,397 @@
-"""Stage markers: what each finished stage was made from, so a re-run reuses it and a change reruns it.
+"""Every stage of a build, declared once: the only module that knows stages by name.
 
-``OUT/.stages/<stage>.json`` is written (atomically) when a stage finishes and removed before the
-stage starts changing its outputs. It holds the stage's fingerprint, a sha256 of what it was made
-from: a format version, the configuration sections the stage reads, and its inputs (the documents
-stage: every input file's size and sha256; the others: digests of their upstream stages' outputs).
-Beside it: the files the stage wrote with their sizes (the cheap check that they are still there),
-digests of its outputs for the stages downstream, and the figures the summary needs when the stage
-is reused rather than run.
+A build runs big stages in order: documents (one Beam job fed by the source stages and filtered by
+the filter stages), vocab, one stage per example format (bert, gpt), train. Each ``Stage`` says
+what configuration it reads, which stages' outputs it is made from, the folders it writes, how it
+runs, what it shows while running and what a reused one contributes to the summary. Planning,
+markers, ``--force``, leftovers, progress, the manifest and the report iterate these declarations.
+
+Adding a source: a reader module (``corpora/``), its reads (``pipeline/sources.py``), its section in
+``core/config.py``, and one ``Source`` line below. Adding an example format: its builder and Beam job,
+its section, and one ``example_stage`` line below.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
-import shutil
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+import apache_beam as beam
+
+from corpusforge import progress
+from corpusforge.core import storage
 from corpusforge.core.config import Config
-from corpusforge.core.files import WORK_DIR, sha256_file, write_json_atomic
+from corpusforge.core.layout import Layout
+from corpusforge.markers import Marker, describe_outputs, digest
+from corpusforge.pipeline.documents_job import DocumentsJob, ReadContext, Removal, run_documents_job
+from corpusforge.pipeline.sources import (
+    books_inputs,
+    read_books,
+    read_records,
+    read_webtext,
+    read_wikipedia,
+    records_inputs,
+    webtext_inputs,
+    wikipedia_inputs,
+)
+from corpusforge.processes import in_fresh_process, release_freed_memory
 from corpusforge.shards.format import FORMAT_VERSION as SHARDS_FORMAT
 
-MARKER_VERSION = 2  # 2: the documents marker's stats carry each source's lengths
-MARKERS_DIR = ".stages"
-STAGES = ("documents", "vocab", "bert", "gpt", "train")
-SOURCE_STAGES = ("books", "wikipedia", "webtext")
-FILTER_STAGES = ("clean", "dedup", "near_dedup")
-# bumped when a stage writes different bytes from the same inputs, so older outputs are rebuilt
-FORMATS = {"documents": 1, "vocab": 1, "bert": SHARDS_FORMAT, "gpt": SHARDS_FORMAT, "train": 1}
-# the build's own temporary names: files.temp_path and the shard writer's sort folders
-_TEMP_FILE = re.compile(r"\.tmp-[0-9a-f]{32}$")
-_SORT_DIR = re.compile(r"^\.sort-[0-9a-f]{32}$")
+VOCAB_SHORTFALL = 0.1  # a vocabulary under this share of the requested size is a warning
 
 
-class PrerequisiteError(ValueError):
-    """A stage's inputs are missing or were made from another configuration: one line saying what to run first."""
+# --- the documents job's parts -------------------------------------------------------------------
 
 
-@dataclass
-class Marker:
-    stage: str
-    fingerprint: str
-    made_from: dict[str, Any]
-    outputs: list[dict[str, Any]]  # {"path" (relative to OUT), "bytes"[, "sha256"]}
-    digests: dict[str, str] = field(default_factory=dict)  # output name -> digest, what downstream stages record
-    data: dict[str, Any] = field(default_factory=dict)  # figures for the summary when the stage is reused
+@dataclass(frozen=True)
+class Source:
+    """A source stage: its configuration section has its name."""
+
+    name: str
+    inputs: Callable[[Config], list[str]]  # the files it reads, fingerprinted before they are read
+    read: Callable[[Config, beam.Pipeline, ReadContext], list[beam.PCollection]]
 
 
-def fingerprint(made_from: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(made_from, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+SOURCES = (
+    Source("books", books_inputs, read_books),
+    Source("wikipedia", wikipedia_inputs, read_wikipedia),
+    Source("webtext", webtext_inputs, read_webtext),
+    Source("records", records_inputs, read_records),
+)
+FILTERS = ("clean", "dedup", "near_dedup")  # per-document filters of the documents job, in order
+REMOVAL = ("webtext", "wikipedia")  # GPT-2 kept Wikipedia out of WebText: (source cleaned, reference source)
 
 
-def marker_path(out: Path, stage: str) -> Path:
-    return Path(out) / MARKERS_DIR / f"{stage}.json"
+def documents_parts(stages: list[str]) -> list[str]:
+    """The source and filter stages of a stage list, in pipeline order: what the documents stage runs."""
+    return [s for s in (*(source.name for source in SOURCES), *FILTERS) if s in stages]
 
 
-def read_marker(out: Path, stage: str) -> Marker | None:
-    """The stage's marker, or None when there is none or it is unreadable or of another version."""
-    try:
-        data = json.loads(marker_path(out, stage).read_text(encoding="utf-8"))
-        if data.pop("version", None) != MARKER_VERSION:
-            return None
-        return Marker(**data)
-    except (OSError, ValueError, TypeError):
-        return None
+def documents_job(cfg: Config, layout: Layout, parts: list[str]) -> DocumentsJob:
+    near = cfg.near_dedup if "near_dedup" in parts else None
+    removal = Removal(*REMOVAL, cfg.near_dedup) if set(REMOVAL) <= set(parts) else None
+    return DocumentsJob(
+        reads=[_bound(source, cfg) for source in SOURCES if source.name in parts],
+        clean=cfg.clean if "clean" in parts else None,
+        exact_dedup="dedup" in parts and cfg.dedup.exact,
+        near_dedup=near,
+        removal=removal,
+        documents=layout.documents,
+        rejects=layout.rejects,
+        work=layout.work("documents"),
+        part_bytes=cfg.run.part_bytes,
+        reject_parts=cfg.run.reject_parts,
+    )
 
 
-def write_marker(out: Path, marker: Marker) -> None:
-    write_json_atomic({"version": MARKER_VERSION, **asdict(marker)}, marker_path(out, marker.stage))
+def _bound(source: Source, cfg: Config) -> Callable[[beam.Pipeline, ReadContext], list[beam.PCollection]]:
+    return lambda p, context: source.read(cfg, p, context)
 
 
-def remove_marker(out: Path, stage: str) -> None:
-    marker_path(out, stage).unlink(missing_ok=True)
+# --- stages --------------------------------------------------------------------------------------
 
 
-def describe_outputs(out: Path, paths: list[Path], checksums: bool = False) -> list[dict[str, Any]]:
-    entries = []
-    for path in sorted(paths):
-        entry: dict[str, Any] = {"path": path.relative_to(out).as_posix(), "bytes": path.stat().st_size}
-        if checksums:
-            entry["sha256"] = sha256_file(path)
-        entries.append(entry)
-    return entries
+@dataclass(frozen=True)
+class Context:
+    """What a running stage may read: nothing in it is written by the stage."""
+
+    cfg: Config
+    layout: Layout
+    markers: dict[str, Marker]  # the stages it is made from
+    fingerprint: str  # of what it is made from (a killed train run with the same one continues)
+    force: bool
 
 
-def files_under(directory: Path) -> list[Path]:
-    return sorted(p for p in Path(directory).rglob("*") if p.is_file() and not _TEMP_FILE.search(p.name))
+@dataclass(frozen=True)
+class Outcome:
+    """What a finished stage returns; the build turns it into the stage's marker."""
+
+    outputs: list[dict[str, Any]]  # every file it wrote, as ``markers.describe_outputs`` describes them
+    digests: dict[str, str] = field(default_factory=dict)  # output name -> digest for downstream stages
+    data: dict[str, Any] = field(default_factory=dict)  # figures kept in the marker for a reused stage
+    note: str = ""  # added to why the stage ran
 
 
-def digest(entries: list[dict[str, Any]]) -> str:
-    """One digest over files' names and checksums."""
-    return fingerprint({"files": [[e["path"], e["sha256"]] for e in entries]})
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    format: int  # bumped when the stage writes different bytes from the same inputs
+    view: Callable[[Config, list[str]], dict[str, Any]]  # the configuration it reads (documents: given its parts)
+    needs: Callable[[Config], list[tuple[str, str]]]  # (stage, output) pairs it is made from
+    folders: Callable[[Layout, Config], list[str]]  # where it writes: cleared of temporaries after a killed build
+    run: Callable[[Context], Outcome]
+    figures: Callable[[Layout, Marker], dict[str, Any]]  # what the summary and manifest show of a finished stage
+    how_to_run: str
+    makes: Callable[[Config], list[str]] = lambda cfg: []  # names of its outputs other stages are made from
+    missing_output_hint: str = ""  # what to change when a stage needs an output this one does not make
+    live: Callable[[Layout], dict[str, int]] = lambda layout: {}
+    warnings: Callable[[Config, dict[str, Any]], list[str]] = lambda cfg, figures: []
+    inputs: Callable[[Config, list[str]], list[str]] | None = None  # input files, for a stage reading outside OUT
 
 
-def output_problem(out: Path, marker: Marker) -> str | None:
-    """The cheap check that a stage's outputs are still what it wrote: each file there with its size."""
-    for entry in marker.outputs:
-        path = Path(out) / entry["path"]
-        if not path.is_file():
-            return f"{path} is missing"
-        if path.stat().st_size != entry["bytes"]:
-            return f"{path} changed size"
-    return None
+# documents
 
 
-def describe_inputs(paths: list[Path], previous: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Input files with size, mtime and sha256; a file whose size and mtime match ``previous`` keeps its
-    recorded sha256 rather than being read again (as make and rsync decide)."""
-    known = {(e["path"], e["bytes"], e["mtime_ns"]): e["sha256"] for e in previous}
-    described = []
-    for path in sorted({Path(p).resolve() for p in paths}):
-        stat = path.stat()
-        key = (str(path), stat.st_size, stat.st_mtime_ns)
-        described.append(
-            {"path": str(path), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": known.get(key) or sha256_file(path)}
-        )
-    return described
+def _documents_view(cfg: Config, parts: list[str]) -> dict[str, Any]:
+    sections = list(parts)
+    if set(REMOVAL) <= set(parts) and "near_dedup" not in sections:
+        sections.append("near_dedup")  # Wikipedia removal from WebText uses its settings
+    view = {"stages": parts, "part_bytes": cfg.run.part_bytes, "reject_parts": cfg.run.reject_parts}
+    return view | {name: getattr(cfg, name).model_dump(mode="json") for name in sections}
 
 
-def documents_stages(stages: list[str]) -> list[str]:
-    """The source and filter stages of a stage list: what the documents stage runs."""
-    return [s for s in (*SOURCE_STAGES, *FILTER_STAGES) if s in stages]
+def _documents_inputs(cfg: Config, parts: list[str]) -> list[str]:
+    return [path for source in SOURCES if source.name in parts for path in source.inputs(cfg)]
 
 
-def config_view(stage: str, cfg: Config, documents: list[str]) -> dict[str, Any]:
-    """The configuration a stage reads (``documents``: the source and filter stages it runs)."""
-    if stage == "documents":
-        sections = list(documents)
-        if "webtext" in documents and "wikipedia" in documents and "near_dedup" not in sections:
-            sections.append("near_dedup")  # Wikipedia removal from WebText uses its settings
-        view = {"stages": documents, "part_bytes": cfg.run.part_bytes, "reject_parts": cfg.run.reject_parts}
-        return view | {name: getattr(cfg, name).model_dump(mode="json") for name in sections}
-    if stage == "vocab":
-        return {"vocab": cfg.vocab.model_dump(mode="json")}
-    if stage in ("bert", "gpt"):
-        return {stage: getattr(cfg, stage).model_dump(mode="json"), "shards": cfg.shards.model_dump(mode="json"), "seed": cfg.run.seed}
-    return {"train": cfg.train.model_dump(mode="json", exclude={"task"})}
+def _run_documents(ctx: Context) -> Outcome:
+    from corpusforge.pipeline.documents_io import output_files
+    from corpusforge.pipeline.options import pipeline_options
+    from corpusforge.pipeline.summary import check_accounting, collect_stats, stats_to_json
+
+    layout = ctx.layout
+    job = documents_job(ctx.cfg, layout, documents_parts(ctx.cfg.run.stages))
+    counters = run_documents_job(pipeline_options(ctx.cfg.run), job)
+    release_freed_memory()
+    stats = collect_stats(layout.documents, layout.rejects)
+    check_accounting(counters, stats)
+    progress.count("documents", sum(s.documents for s in stats.values()))
+    progress.count("rejects", sum(s.inputs - s.documents for s in stats.values()))
+    storage.remove_tree(job.work)
+    if not storage.listdir(layout.temp):
+        storage.remove_tree(layout.temp)
+    outputs = describe_outputs(layout, output_files(layout.documents) + output_files(layout.rejects), checksums=True)
+    documents = [entry for entry in outputs if storage.is_inside(layout.path(entry["path"]), layout.documents)]
+    return Outcome(outputs, digests={"documents": digest(documents)}, data={"stats": stats_to_json(stats), "counters": counters})
 
 
-def upstream(stage: str, cfg: Config) -> list[tuple[str, str]]:
-    """(stage, output) pairs a stage is made from."""
-    if stage == "vocab":
-        return [("documents", "documents")]
-    if stage == "bert":
-        return [("documents", "documents"), ("vocab", "wordpiece")]
-    if stage == "gpt":
-        return [("documents", "documents"), ("vocab", "bpe")]
-    if stage == "train":
-        from corpusforge.trainer.sizes import get_size
+def _documents_figures(layout: Layout, marker: Marker) -> dict[str, Any]:
+    from corpusforge.pipeline.summary import stats_from_json
 
-        family = get_size(cfg.train.model).family
-        return [(family, family)]
+    return {"stats": stats_from_json(marker.data["stats"]), "counters": marker.data["counters"]}
+
+
+def _documents_live(layout: Layout) -> dict[str, int]:
+    work = layout.work("documents")
+    return {
+        "tasks spilled": len(storage.glob(storage.join(work, "spill", "*.arrow"))),
+        "parts written": len(storage.glob(storage.join(layout.documents, "part-*.parquet"))),
+    }
+
+
+def _documents_warnings(cfg: Config, figures: dict[str, Any]) -> list[str]:
+    if not sum(s.documents for s in figures["stats"].values()):
+        return ["documents: 0 documents written (every input was rejected: see the rejects)"]
     return []
 
 
-def first_difference(recorded: Any, current: Any, path: str = "") -> tuple[str, Any, Any] | None:
-    """(dotted key, recorded value, current value) of the first difference between two JSON values."""
-    if isinstance(recorded, dict) and isinstance(current, dict):
-        for key in sorted(set(recorded) | set(current)):
-            found = first_difference(recorded.get(key), current.get(key), f"{path}.{key}" if path else key)
-            if found:
-                return found
-        return None
-    return None if recorded == current else (path, recorded, current)
+DOCUMENTS = Stage(
+    name="documents",
+    format=1,
+    view=_documents_view,
+    needs=lambda cfg: [],
+    folders=lambda layout, cfg: [layout.documents, layout.rejects],
+    run=_run_documents,
+    figures=_documents_figures,
+    how_to_run='add its sources, e.g. "books", "wikipedia", to run.stages',
+    makes=lambda cfg: ["documents"],
+    live=_documents_live,
+    warnings=_documents_warnings,
+    inputs=_documents_inputs,
+)
 
 
-def describe_difference(recorded: dict[str, Any], current: dict[str, Any]) -> str:
-    """Why a marker no longer matches, in words: the first key, input file or upstream output that differs."""
-    found = first_difference(recorded, current)
-    if found is None:
-        return "unchanged"
-    key, old, new = found
-    if key.startswith("config."):
-        name = key.removeprefix("config.")
-        name = f"run.{name}" if name.split(".")[0] in ("stages", "part_bytes", "reject_parts", "seed") else name
-        return f"{name} was {json.dumps(old)}, now {json.dumps(new)}"
-    if key == "inputs":
-        before, after = ({e["path"]: e for e in files or []} for files in (old, new))
-        changed = sorted(path for path in before.keys() | after.keys() if before.get(path) != after.get(path))
-        return f"{len(changed)} input file(s) changed, added or removed, e.g. {changed[0]}"
-    if key.startswith("upstream."):
-        _, name, output = key.split(".", 2)
-        return f"the {name if name == output else f'{output} {name}'} it was made from changed"
-    return f"it was made by another corpusforge ({key} {json.dumps(old)}, now {json.dumps(new)})"
+# vocab
 
 
-def remove_leftovers(out: Path) -> list[Path]:
-    """Spill folders and half-written files of a killed build, all under names only the build uses."""
-    out = Path(out)
-    found: list[Path] = [out / WORK_DIR] if (out / WORK_DIR).is_dir() else []
-    for folder in sorted((out / "shards").glob("*")):
-        if folder.is_dir():
-            found += [p for p in sorted(folder.iterdir()) if p.is_dir() and _SORT_DIR.match(p.name)]
-    roots = [out, out / MARKERS_DIR, out / "documents", out / "rejects", out / "vocab", out / "shards"]  # train/: the trainer's own
-    for root in roots:
-        if root.is_dir():
-            walk = root.iterdir() if root == out else root.rglob("*")
-            found += sorted(p for p in walk if p.is_file() and _TEMP_FILE.search(p.name))
-    for path in found:
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
-    return found
+def _run_vocab(ctx: Context) -> Outcome:
+    from corpusforge.encoding.vocab import train_vocab_from_documents, vocab_sha256
+    from corpusforge.pipeline.documents_io import output_files
+
+    layout = ctx.layout
+    dirs = in_fresh_process(train_vocab_from_documents, output_files(layout.documents), layout.vocab_root, ctx.cfg.vocab)
+    outputs = [path for directory in dirs.values() for path in storage.files_under(directory)]
+    return Outcome(
+        describe_outputs(layout, outputs),
+        digests={kind: vocab_sha256(directory) for kind, directory in dirs.items()},
+        data={"vocab": {kind: layout.relative(directory) for kind, directory in dirs.items()}},
+    )
+
+
+def _vocab_warnings(cfg: Config, figures: dict[str, Any]) -> list[str]:
+    from corpusforge.encoding.vocab import vocab_manifest
+
+    warnings = []
+    for kind, directory in figures["vocab"].items():
+        size = vocab_manifest(directory)["size"]
+        asked = cfg.vocab.wordpiece_vocab_size if kind == "wordpiece" else cfg.vocab.bpe_vocab_size
+        if size < VOCAB_SHORTFALL * asked:
+            warnings.append(
+                f"vocab: the {kind} vocabulary has {size:,} tokens, under {VOCAB_SHORTFALL:.0%} of the {asked:,} asked "
+                "(the documents are too few for it)"
+            )
+    return warnings
+
+
+VOCAB = Stage(
+    name="vocab",
+    format=1,
+    view=lambda cfg, parts: {"vocab": cfg.vocab.model_dump(mode="json")},
+    needs=lambda cfg: [("documents", "documents")],
+    folders=lambda layout, cfg: [layout.vocab_root],
+    run=_run_vocab,
+    figures=lambda layout, marker: {"vocab": {kind: layout.path(path) for kind, path in marker.data["vocab"].items()}},
+    how_to_run='add "vocab" to run.stages',
+    makes=lambda cfg: list(cfg.vocab.kinds),
+    missing_output_hint="add {output!r} to vocab.kinds",
+    warnings=_vocab_warnings,
+)
+
+
+# example formats: one stage each, writing shards from the documents with one vocabulary
+
+
+def example_stage(name: str, vocab_kind: str, write: Callable[..., dict]) -> Stage:
+    """The stage of one example format: ``write(options, documents, vocab, folder, section, shards, seed)``
+    makes ``OUT/shards/<name>/`` from the documents and the ``vocab_kind`` vocabulary."""
+
+    def run(ctx: Context) -> Outcome:
+        from corpusforge.pipeline.documents_io import output_files
+        from corpusforge.pipeline.options import pipeline_options
+
+        layout, cfg = ctx.layout, ctx.cfg
+        folder = layout.shards(name)
+        vocab = layout.path(ctx.markers["vocab"].data["vocab"][vocab_kind])
+        write(pipeline_options(cfg.run), output_files(layout.documents), vocab, folder, getattr(cfg, name), cfg.shards, cfg.run.seed)
+        return Outcome(
+            describe_outputs(layout, storage.files_under(folder)), digests={name: storage.sha256(storage.join(folder, "manifest.json"))}
+        )
+
+    def live(layout: Layout) -> dict[str, int]:
+        folder = layout.shards(name)
+        return {
+            "token batches": len(storage.glob(storage.join(folder, ".sort-*", "docs", "*.arrow"))),
+            "example files": len(storage.glob(storage.join(folder, ".sort-*", "examples", "bucket-*", "*.arrow"))),
+            "shards written": len(storage.glob(storage.join(folder, "train-*.arrow"))),
+        }
+
+    def warnings(cfg: Config, figures: dict[str, Any]) -> list[str]:
+        if not figures[name].get("totals", {}).get("examples"):
+            return [f"{name}: 0 examples written (no document is long enough to make one)"]
+        return []
+
+    return Stage(
+        name=name,
+        format=SHARDS_FORMAT,
+        view=lambda cfg, parts: {
+            name: getattr(cfg, name).model_dump(mode="json"),
+            "shards": cfg.shards.model_dump(mode="json"),
+            "seed": cfg.run.seed,
+        },
+        needs=lambda cfg: [("documents", "documents"), ("vocab", vocab_kind)],
+        folders=lambda layout, cfg: [layout.shards(name)],
+        run=run,
+        figures=lambda layout, marker: {name: storage.read_json(storage.join(layout.shards(name), "manifest.json"))},
+        how_to_run=f'add "{name}" to run.stages',
+        makes=lambda cfg: [name],
+        live=live,
+        warnings=warnings,
+    )
+
+
+def _write_bert(*args: Any) -> dict:
+    from corpusforge.pipeline.examples_stage import write_bert_shards
+
+    return write_bert_shards(*args)
+
+
+def _write_gpt(*args: Any) -> dict:
+    from corpusforge.pipeline.examples_stage import write_gpt_shards
+
+    return write_gpt_shards(*args)
+
+
+EXAMPLE_FORMATS = (example_stage("bert", "wordpiece", _write_bert), example_stage("gpt", "bpe", _write_gpt))
+
+
+# train
+
+
+def _trained_family(cfg: Config) -> str:
+    from corpusforge.trainer.sizes import get_size
+
+    return get_size(cfg.train.model).family
+
+
+def _run_train(ctx: Context) -> Outcome:
+    """Train; a run killed part way with this same fingerprint continues from its newest checkpoint."""
+    from corpusforge.trainer.checkpoint import resolve_checkpoint
+    from corpusforge.trainer.loop import train
+
+    cfg, layout = ctx.cfg, ctx.layout
+    family = _trained_family(cfg)
+    run_dir = layout.train(cfg.train.model)
+    started = layout.marker("train.started")
+    same = storage.is_file(started) and storage.read_json(started).get("fingerprint") == ctx.fingerprint
+    resume = None
+    if same and not ctx.force:
+        try:
+            resolve_checkpoint(run_dir)
+            resume = run_dir  # the trainer picks its newest checkpoint
+        except FileNotFoundError:
+            pass
+    storage.write_json(started, {"fingerprint": ctx.fingerprint})
+    evaluation = train(cfg.train.model_copy(update={"task": family}), layout.shards(family), run_dir, resume=resume)
+    storage.remove(started)
+    note = "; continued from its newest checkpoint" if resume is not None else ""
+    return Outcome(describe_outputs(layout, storage.files_under(run_dir)), data={"eval": evaluation}, note=note)
+
+
+TRAIN = Stage(
+    name="train",
+    format=1,
+    view=lambda cfg, parts: {"train": cfg.train.model_dump(mode="json", exclude={"task"})},
+    needs=lambda cfg: [(_trained_family(cfg), _trained_family(cfg))],
+    folders=lambda layout, cfg: [],  # train/: the trainer's own (checkpoints are resumed, not swept)
+    run=_run_train,
+    figures=lambda layout, marker: {"train": marker.data["eval"]},
+    how_to_run='add "train" to run.stages',
+)
+
+
+STAGES: list[Stage] = [DOCUMENTS, VOCAB, *EXAMPLE_FORMATS, TRAIN]  # in pipeline order
+BY_NAME = {stage.name: stage for stage in STAGES}
+
+
+def register(stage: Stage) -> None:
+    """Add a stage after the declared ones (a plugin's, or a test's): planning, markers, the manifest and
+    the report take it from here like any other."""
+    if stage.name in known_stages():
+        raise ValueError(f"a stage named {stage.name!r} is already declared")
+    STAGES.append(stage)
+    BY_NAME[stage.name] = stage
+
+
+def unregister(name: str) -> None:
+    STAGES.remove(BY_NAME.pop(name))
+
+
+def known_stages() -> list[str]:
+    return [*(source.name for source in SOURCES), *FILTERS, *BY_NAME]
+
+
+def check_stage_names(cfg: Config) -> None:
+    """One line naming what ``run.stages`` lists that no declaration knows."""
+    unknown = sorted(set(cfg.run.stages) - set(known_stages()))
+    if unknown:
+        raise ValueError(f"run.stages: unknown stage(s) {unknown}; known: {known_stages()}")
+
+
+def requested_stages(cfg: Config) -> list[Stage]:
+    """The stages ``run.stages`` asks for, in pipeline order: documents whenever a source is listed."""
+    check_stage_names(cfg)
+    asked = set(cfg.run.stages)
+    if asked & {source.name for source in SOURCES}:
+        asked.add(DOCUMENTS.name)
+    return [stage for stage in STAGES if stage.name in asked]

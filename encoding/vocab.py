@@ -21,15 +21,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from itertools import chain
-from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from corpusforge.core import storage
 from corpusforge.core.config import VocabConfig
-from corpusforge.core.files import atomic_write_bytes
 from corpusforge.core.hashing import stable_hash
 from corpusforge.corpora.document_files import iter_rows, text_bytes
 
@@ -43,7 +43,9 @@ CODE_POINTS = 0x110000
 PIECE_CHARS = 65_536  # text handed to the trainers at a time
 
 
-def train_wordpiece(texts: Iterable[str], out_dir: Path, vocab_size: int = 30522, lowercase: bool = True, min_frequency: int = 2) -> Path:
+def train_wordpiece(
+    texts: Iterable[str], out_dir: storage.PathLike, vocab_size: int = 30522, lowercase: bool = True, min_frequency: int = 2
+) -> str:
     """Train a BERT WordPiece vocabulary; writes vocab.txt and tokenizer.json into ``out_dir``.
 
     ``texts`` is read twice (a list, or a re-iterable such as the document sample): once for the
@@ -68,11 +70,10 @@ def train_wordpiece(texts: Iterable[str], out_dir: Path, vocab_size: int = 30522
     tokenizer.train_from_iterator(texts, trainer)
     vocab = tokenizer.get_vocab(with_added_tokens=False)
     tokenizer = _wordpiece_tokenizer(vocab, lowercase)  # the "##" entries must not stay added special tokens
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = os.fspath(out_dir)
     tokens = sorted(vocab, key=vocab.__getitem__)
-    atomic_write_bytes(out_dir / "vocab.txt", "".join(f"{token}\n" for token in tokens).encode("utf-8"))
-    atomic_write_bytes(out_dir / "tokenizer.json", tokenizer.to_str().encode("utf-8"))
+    storage.write_bytes(storage.join(out_dir, "vocab.txt"), "".join(f"{token}\n" for token in tokens).encode("utf-8"))
+    storage.write_bytes(storage.join(out_dir, "tokenizer.json"), tokenizer.to_str().encode("utf-8"))
     log.info("wordpiece vocabulary: %d tokens (asked %d) in %s", len(tokens), vocab_size, out_dir)
     return out_dir
 
@@ -169,7 +170,7 @@ def _chunks(texts: Iterable[str], size: int) -> Iterator[str]:
         yield "\n".join(batch)
 
 
-def train_bpe(texts: Iterable[str], out_dir: Path, vocab_size: int = 50257, min_frequency: int = 2) -> Path:
+def train_bpe(texts: Iterable[str], out_dir: storage.PathLike, vocab_size: int = 50257, min_frequency: int = 2) -> str:
     """Train a GPT-2 byte-level BPE; writes vocab.json, merges.txt and tokenizer.json into ``out_dir``."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -183,37 +184,36 @@ def train_bpe(texts: Iterable[str], out_dir: Path, vocab_size: int = 50257, min_
     )
     tokenizer.train_from_iterator(texts, trainer)
     tokenizer.add_special_tokens([EOT])
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = os.fspath(out_dir)
     vocab = dict(sorted(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda item: item[1]))
     merges = json.loads(tokenizer.to_str())["model"]["merges"]
     lines = [m if isinstance(m, str) else " ".join(m) for m in merges]
-    atomic_write_bytes(out_dir / "vocab.json", json.dumps(vocab, ensure_ascii=False).encode("utf-8"))
-    atomic_write_bytes(out_dir / "merges.txt", ("#version: 0.2\n" + "".join(f"{line}\n" for line in lines)).encode("utf-8"))
-    atomic_write_bytes(out_dir / "tokenizer.json", tokenizer.to_str().encode("utf-8"))
+    storage.write_bytes(storage.join(out_dir, "vocab.json"), json.dumps(vocab, ensure_ascii=False).encode("utf-8"))
+    storage.write_bytes(storage.join(out_dir, "merges.txt"), ("#version: 0.2\n" + "".join(f"{line}\n" for line in lines)).encode("utf-8"))
+    storage.write_bytes(storage.join(out_dir, "tokenizer.json"), tokenizer.to_str().encode("utf-8"))
     log.info("bpe vocabulary: %d tokens (asked %d) in %s", len(vocab), vocab_size, out_dir)
     return out_dir
 
 
-def load_tokenizer(vocab_dir: Path) -> Tokenizer:
-    return Tokenizer.from_file(str(Path(vocab_dir) / "tokenizer.json"))
+def load_tokenizer(vocab_dir: storage.PathLike) -> Tokenizer:
+    return Tokenizer.from_str(storage.read_text(storage.join(vocab_dir, "tokenizer.json")))
 
 
-def vocab_kind(vocab_dir: Path) -> str:
-    return "wordpiece" if (Path(vocab_dir) / "vocab.txt").is_file() else "bpe"
+def vocab_kind(vocab_dir: storage.PathLike) -> str:
+    return "wordpiece" if storage.is_file(storage.join(vocab_dir, "vocab.txt")) else "bpe"
 
 
-def vocab_sha256(vocab_dir: Path) -> str:
+def vocab_sha256(vocab_dir: storage.PathLike) -> str:
     """One checksum over the vocabulary files (names and bytes), recorded in every shard manifest."""
     digest = hashlib.sha256()
     for name in ("tokenizer.json", "vocab.txt", "vocab.json", "merges.txt"):
-        path = Path(vocab_dir) / name
-        if path.is_file():
-            digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+        path = storage.join(vocab_dir, name)
+        if storage.is_file(path):
+            digest.update(name.encode() + b"\0" + storage.read_bytes(path) + b"\0")
     return digest.hexdigest()
 
 
-def vocab_manifest(vocab_dir: Path) -> dict:
+def vocab_manifest(vocab_dir: storage.PathLike) -> dict:
     """The manifest's "vocab" entry: kind, path, sha256, actual size and special token ids."""
     tokenizer = load_tokenizer(vocab_dir)
     kind = vocab_kind(vocab_dir)
@@ -223,7 +223,7 @@ def vocab_manifest(vocab_dir: Path) -> dict:
         names = {"eot": EOT}
     return {
         "kind": kind,
-        "path": str(Path(vocab_dir).resolve()),
+        "path": storage.resolve(vocab_dir),
         "sha256": vocab_sha256(vocab_dir),
         "size": tokenizer.get_vocab_size(with_added_tokens=True),
         "special_ids": {key: tokenizer.token_to_id(token) for key, token in names.items()},
@@ -243,7 +243,7 @@ def sample_documents(docs: Iterable[tuple[str, str]], rate: float, max_bytes: in
             return
 
 
-def train_vocab_from_documents(doc_paths: list[Path], out_dir: Path, cfg: VocabConfig) -> dict[str, Path]:
+def train_vocab_from_documents(doc_paths: list[storage.PathLike], out_dir: storage.PathLike, cfg: VocabConfig) -> dict[str, str]:
     """Train every vocabulary kind in ``cfg.kinds`` on one deterministic sample of the documents.
 
     Returns kind -> vocabulary directory (``out_dir/wordpiece``, ``out_dir/bpe``).
@@ -256,12 +256,12 @@ def train_vocab_from_documents(doc_paths: list[Path], out_dir: Path, cfg: VocabC
             map(paragraph_pieces, sample_documents(iter_rows(doc_paths, ("id", "text")), rate, cfg.sample_bytes, cfg.sample_seed))
         )
     )
-    out: dict[str, Path] = {}
+    out: dict[str, str] = {}
     for kind in cfg.kinds:
         if kind == "wordpiece":
-            out[kind] = train_wordpiece(sample, Path(out_dir) / kind, cfg.wordpiece_vocab_size, cfg.lowercase, cfg.min_frequency)
+            out[kind] = train_wordpiece(sample, storage.join(out_dir, kind), cfg.wordpiece_vocab_size, cfg.lowercase, cfg.min_frequency)
         else:
-            out[kind] = train_bpe(sample, Path(out_dir) / kind, cfg.bpe_vocab_size, cfg.min_frequency)
+            out[kind] = train_bpe(sample, storage.join(out_dir, kind), cfg.bpe_vocab_size, cfg.min_frequency)
     return out
 
 

@@ -7,7 +7,8 @@ near dedup and Wikipedia removal decide which ids survive from these alone; text
 only to verify candidate pairs. The final pass scatters each spill file's survivors into per-part
 files and writes each part sorted by id, so a worker holds one part at a time, never the corpus.
 
-Workers must share the filesystem of the spill folder (as they share ``run.output_dir``).
+The spill folder is any storage path (``corpusforge.core.storage``) every worker can reach: a local
+folder they share, or a URI.
 """
 
 from __future__ import annotations
@@ -15,15 +16,14 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from corpusforge.core import storage
 from corpusforge.core.config import NearDedupConfig
 from corpusforge.corpora.clean import dedup_key
 from corpusforge.corpora.document import Document
@@ -70,11 +70,9 @@ def _ref(
     return DocRef(doc_id, sys.intern(source), key, url, nbytes, chars, text_key, bands, sys.intern(spill), row)
 
 
-def write_spill(path: Path, docs: list[Document]) -> None:
+def write_spill(path: str, docs: list[Document]) -> None:
     """The task's documents as one Arrow IPC file (batches of ~``SPILL_BATCH_BYTES``), written atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
-    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, DOCUMENT_SCHEMA) as writer:
+    with storage.arrow_output(path) as sink, pa.ipc.new_file(sink, DOCUMENT_SCHEMA) as writer:
         batch: list[Document] = []
         size = 0
         for doc in docs:
@@ -85,13 +83,12 @@ def write_spill(path: Path, docs: list[Document]) -> None:
                 batch, size = [], 0
         if batch or not docs:
             writer.write_table(documents_table(batch, sort=False))
-    os.replace(tmp, path)
 
 
 def _batches(path: str) -> Iterator[tuple[int, pa.RecordBatch]]:
     """(first row, batch) of a spill file, read batch by batch (plain reads, not a memory map:
     mapped pages would count toward the worker's resident memory)."""
-    with pa.OSFile(path, "rb") as source:
+    with storage.arrow_input_unmapped(path) as source:
         reader = pa.ipc.open_file(source)
         first = 0
         for index in range(reader.num_record_batches):
@@ -117,10 +114,10 @@ def load_texts(locations: Iterable[tuple[str, str, int]]) -> dict[str, str]:
     return texts
 
 
-def scatter(path: str, kept: Iterable[tuple[int, int]], out_dir: Path) -> list[tuple[int, str]]:
+def scatter(path: str, kept: Iterable[tuple[int, int]], out_dir: str) -> list[tuple[int, str]]:
     """Copy the kept rows ``(row, part)`` of one spill file into one file per part; returns (part, file)."""
     part_of_row = dict(kept)
-    name = Path(path).stem
+    name = os.path.splitext(storage.name(path))[0]
     pieces: defaultdict[int, list[pa.Table]] = defaultdict(list)
     for first, batch in _batches(path):
         rows = [r for r in range(first, first + batch.num_rows) if r in part_of_row]
@@ -132,14 +129,11 @@ def scatter(path: str, kept: Iterable[tuple[int, int]], out_dir: Path) -> list[t
             pieces[part].append(taken.filter(pc.equal(parts, part)))
     written = []
     for part, tables in sorted(pieces.items()):
-        target = out_dir / f"{part:05d}" / f"{name}.arrow"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f"{target.name}.tmp-{uuid.uuid4().hex}")
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, DOCUMENT_SCHEMA) as writer:
+        target = storage.join(out_dir, f"{part:05d}", f"{name}.arrow")
+        with storage.arrow_output(target) as sink, pa.ipc.new_file(sink, DOCUMENT_SCHEMA) as writer:
             for table in tables:
                 writer.write_table(table)
-        os.replace(tmp, target)
-        written.append((part, str(target)))
+        written.append((part, target))
     return written
 
 
@@ -148,7 +142,7 @@ def gather_part(paths: Iterable[str]) -> tuple[pa.Table, pa.Array]:
     that order do not depend on how it was scattered). Not sorted here: that would copy the whole part."""
     tables = []
     for path in sorted(paths):
-        with pa.OSFile(path, "rb") as source:
+        with storage.arrow_input_unmapped(path) as source:
             tables.append(pa.ipc.open_file(source).read_all())
     table = pa.concat_tables(tables) if tables else documents_table([])
     return table, pc.sort_indices(table, [("id", "ascending")])
@@ -171,7 +165,7 @@ class RefMaker:
         keys = band_keys(self.hasher.signature(text), self.bands, self.rows)
         return b"".join(key[:2] + hashlib.blake2b(key[2:], digest_size=8).digest() for key in keys)
 
-    def spill(self, path: Path, docs: list[Document]) -> list[DocRef]:
+    def spill(self, path: str, docs: list[Document]) -> list[DocRef]:
         write_spill(path, docs)
         return [
             DocRef(
@@ -183,7 +177,7 @@ class RefMaker:
                 len(doc.text),
                 dedup_key(doc.text),
                 self.band_keys(doc.text),
-                str(path),
+                path,
                 row,
             )
             for row, doc in enumerate(docs)

@@ -1,4 +1,4 @@
-"""Parquet files of documents and rejects: schema, atomic writes through Beam's filesystems, reading back.
+"""Parquet files of documents and rejects: schema, atomic writes to any storage path, listing.
 
 Each output file holds the documents whose id hashes to its part number, sorted by id, so file bytes
 do not depend on the runner, the worker count or the bundle order.
@@ -6,14 +6,13 @@ do not depend on the runner, the worker count or the bundle order.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
-from pathlib import Path
+from fnmatch import fnmatch
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
 
+from corpusforge.core import storage
 from corpusforge.corpora.document import META_FIELDS, Document, Reject
 
 DOCUMENT_SCHEMA = pa.schema(
@@ -71,31 +70,23 @@ ROW_GROUP_TEXT_BYTES = 8 << 20  # a row group is one task of the examples stages
 
 
 def write_table_atomic(table: pa.Table, path: str, order: pa.Array | None = None) -> str:
-    """Write Parquet to a temporary name beside ``path`` and rename, on any Beam filesystem.
+    """Write Parquet to ``path`` (a local path or a URI) whole or not at all (``storage.arrow_output``).
 
     Row groups hold about ``ROW_GROUP_TEXT_BYTES`` (from the table's own size, so the bytes depend on
     the content only): later stages read a part in parallel, a row group at a time. ``order`` (row
     indices) writes the rows in that order, taking one row group at a time, so a part is never copied
-    whole to be sorted; the file is streamed to its temporary name rather than built in memory.
+    whole to be sorted; the file is streamed out rather than built in memory.
     """
     rows_per_group = max(1, int(ROW_GROUP_TEXT_BYTES * table.num_rows / max(1, table.nbytes)))
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with FileSystems.create(tmp) as handle, pq.ParquetWriter(handle, table.schema, compression="zstd") as writer:
+    with storage.arrow_output(path) as sink, pq.ParquetWriter(sink, table.schema, compression="zstd") as writer:
         if order is None or table.num_rows == 0:
             writer.write_table(table, row_group_size=rows_per_group)
         else:
             for start in range(0, table.num_rows, rows_per_group):
                 writer.write_table(table.take(order.slice(start, rows_per_group)), row_group_size=rows_per_group)
-    if FileSystems.exists(path):
-        FileSystems.delete([path])
-    FileSystems.rename([tmp], [path])
     return path
 
 
-def document_from_row(row: dict) -> Document:
-    meta = {k: v for k, v in (row.get("meta") or {}).items() if v is not None}
-    return Document(id=row["id"], source=row["source"], title=row["title"], text=row["text"], url=row["url"] or "", meta=meta)
-
-
-def output_files(directory: Path) -> list[Path]:
-    return sorted(Path(directory).glob("part-*.parquet"))
+def output_files(directory: storage.PathLike) -> list[str]:
+    """The Parquet parts of a documents or rejects folder, in part order."""
+    return [path for path in storage.listdir(directory) if fnmatch(storage.name(path), "part-*.parquet")]

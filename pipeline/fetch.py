@@ -6,11 +6,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TypeVar
 
 import apache_beam as beam
 
+from corpusforge.core import storage
 from corpusforge.core.config import FetchConfig
 from corpusforge.corpora.fetch import Fetcher, batch_warc_name
 from corpusforge.corpora.urls import canonical_url
@@ -38,7 +38,7 @@ class FetchDoFn(beam.DoFn):
     def setup(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.fetcher: Fetcher | None = None
-        self.index = index_warcs(Path(self.warc_dir), key=replay_key)
+        self.index = index_warcs(self.warc_dir, key=replay_key)
         self.fetched = beam.metrics.Metrics.counter("webtext", "urls_fetched")
         self.replayed = beam.metrics.Metrics.counter("webtext", "urls_replayed")
         self.started = time.monotonic()
@@ -59,7 +59,7 @@ class FetchDoFn(beam.DoFn):
         if self.fetcher is None:
             self.fetcher = self.loop.run_until_complete(self._open())
         captures = self.loop.run_until_complete(self.fetcher.fetch_all([url for url, _ in todo]))
-        with WarcFile(Path(self.warc_dir) / batch_warc_name(url for url, _ in todo)) as warc:
+        with WarcFile(storage.join(self.warc_dir, batch_warc_name(url for url, _ in todo))) as warc:
             captures = [warc.write(capture) for capture in captures]
         self.fetched.inc(len(captures))
         self.done += len(captures)

@@ -7,24 +7,25 @@ articles. Here the producing workers write their (key, value) pairs into one fil
 the files' names go through the runner; a worker then groups one bucket (a 64th of the elements) at a
 time. Grouping semantics are Beam's: each key once, with all its values, in no promised order.
 
-Needs the shared filesystem the spill files already need. Without a folder, Beam's own transforms.
+The folder is any storage path (``corpusforge.core.storage``) every worker can reach, as the spill
+folder is: a local folder they share, or a URI. Without a folder, Beam's own transforms.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import pickle
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
+
+from corpusforge.core import storage
 
 BUCKETS = 64
 FLUSH_ELEMENTS = 100_000  # pairs a worker holds before writing them out
@@ -58,12 +59,10 @@ class _WriteBuckets(beam.DoFn):
     def _flush(self) -> list[tuple[int, str]]:
         written = []
         for bucket, pairs in sorted(self._pending.items()):
-            path = Path(self.folder) / f"{bucket:05d}" / f"{uuid.uuid4().hex}.pickle"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{path.name}.tmp")
-            tmp.write_bytes(pickle.dumps(pairs, protocol=pickle.HIGHEST_PROTOCOL))
-            os.replace(tmp, path)  # a bundle that is retried writes new files; only committed names are read
-            written.append((bucket, str(path)))
+            path = storage.join(self.folder, f"{bucket:05d}", f"{uuid.uuid4().hex}.pickle")
+            # atomic: a bundle that is retried writes new files; only committed names are read
+            storage.write_bytes(path, pickle.dumps(pairs, protocol=pickle.HIGHEST_PROTOCOL))
+            written.append((bucket, path))
         self._pending.clear()
         self._count = 0
         return written
@@ -73,7 +72,7 @@ def _group_bucket(item: tuple[int, list[str]]) -> Iterator[tuple[Any, list]]:
     """Every key of one bucket with all its values, read from the bucket's files."""
     groups: defaultdict[Any, list] = defaultdict(list)
     for path in sorted(item[1]):
-        for key, value in pickle.loads(Path(path).read_bytes()):
+        for key, value in pickle.loads(storage.read_bytes(path)):
             groups[key].append(value)
     yield from groups.items()
 
@@ -137,4 +136,4 @@ class FileCoGroupByKey(beam.PTransform):
 
 def _unique(folder: str) -> str:
     """A folder of its own for each shuffle in the graph."""
-    return f"{folder.rstrip('/')}/{uuid.uuid4().hex}"
+    return storage.join(folder, uuid.uuid4().hex)

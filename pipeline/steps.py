@@ -6,8 +6,8 @@ Beam-free reader, passes each document through the per-document filters (``corpo
 a document or a reject with its reason), spills the survivors (``pipeline.document_spill``) and emits
 ``(kind, value)`` pairs: ``ref`` (a ``DocRef``), ``reject`` and one ``counters`` dict per task. Routing
 and counting happen there and nowhere else; the counters travel as data into the run manifest.
-Multi-output steps use ``(kind, value)`` pairs split by ``only`` rather than tagged outputs, which
-every runner handles alike.
+Multi-output steps use ``(kind, value)`` pairs split by ``pipeline.counters.only`` rather than tagged
+outputs, which every runner handles alike.
 """
 
 from __future__ import annotations
@@ -16,29 +16,25 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 
 import apache_beam as beam
 
+from corpusforge.core import storage
 from corpusforge.core.config import BooksConfig, CleanConfig, NearDedupConfig, WikipediaConfig
-from corpusforge.core.files import write_json_atomic
 from corpusforge.core.hashing import stable_hash
 from corpusforge.corpora.books import list_book_files, read_book
 from corpusforge.corpora.clean import Cleaner
 from corpusforge.corpora.document import Document, Reject
 from corpusforge.corpora.wikipedia import plan_ranges, read_range
+from corpusforge.pipeline.counters import COUNTERS, only
+from corpusforge.pipeline.counters import write_counters as write_counters  # the documents job imports it from here
 from corpusforge.pipeline.document_spill import DocRef, RefMaker, gather_part, scatter
 from corpusforge.pipeline.documents_io import PART_PATTERN, part_of, rejects_table, write_table_atomic
 from corpusforge.pipeline.file_shuffle import FileGroupByKey
 
 log = logging.getLogger(__name__)
-REF, REJECT, COUNTERS = "ref", "reject", "counters"
+REF, REJECT = "ref", "reject"
 Reader = Callable[[object, Counter], Iterable[Document | Reject]]  # (task, counts) -> records; counts["inputs"] where read
-
-
-def only(element: tuple[str, object], kind: str) -> Iterator[object]:
-    if element[0] == kind:
-        yield element[1]
 
 
 def split_kinds(records: beam.PCollection, label: str) -> tuple[beam.PCollection, beam.PCollection, beam.PCollection]:
@@ -73,7 +69,7 @@ class ReadCleanSpill(beam.DoFn):
             counters[f"{self.source}.inputs"] += read["inputs"]
         if docs:
             name = f"{docs[0].source}-{stable_hash(*(d.id for d in docs)):016x}.arrow"
-            for ref in self.refs.spill(Path(self.spill_dir) / name, docs):
+            for ref in self.refs.spill(storage.join(self.spill_dir, name), docs):
                 yield REF, ref
         yield COUNTERS, dict(counters)
 
@@ -81,18 +77,18 @@ class ReadCleanSpill(beam.DoFn):
 def read_book_task(task: tuple[str, str], counts: Counter) -> list[Document | Reject]:
     """One listed book file (books count their inputs where the files are listed: ``book_tasks``)."""
     path, root = task
-    return [read_book(Path(path), Path(root))]
+    return [read_book(path, root)]
 
 
 def book_tasks(cfg: BooksConfig, counts: Counter) -> list[tuple[str, str]]:
-    return [(str(path), str(root)) for root in cfg.paths for path in list_book_files(Path(root), tuple(cfg.extensions), counts)]
+    return [(str(path), root) for root in cfg.paths for path in list_book_files(root, tuple(cfg.extensions), counts)]
 
 
 def wikipedia_tasks(cfg: WikipediaConfig) -> list:
     """Dumps planned into independently readable byte ranges (multistream), read in parallel."""
     indexes = list(cfg.index_paths) + [None] * (len(cfg.paths) - len(cfg.index_paths))
     return [
-        r for path, index in zip(cfg.paths, indexes) for r in plan_ranges(Path(path), Path(index) if index else None, cfg.streams_per_range)
+        r for path, index in zip(cfg.paths, indexes) for r in plan_ranges(path, index or None, cfg.streams_per_range)
     ]
 
 
@@ -174,7 +170,7 @@ def _scatter(item: tuple[str, dict[str, list]], scatter_dir: str) -> list[tuple[
     (parts,) = group["parts"]
     (rows,) = group["rows"]
     kept = [(row, part_of(doc_id, parts)) for row, doc_id, _ in rows]
-    return [((part, parts), path) for part, path in scatter(spill, kept, Path(scatter_dir))]
+    return [((part, parts), path) for part, path in scatter(spill, kept, scatter_dir)]
 
 
 class _WriteDocumentPart(beam.DoFn):
@@ -186,7 +182,7 @@ class _WriteDocumentPart(beam.DoFn):
     def process(self, item: tuple[tuple[int, int], Iterable[str]]) -> Iterator[dict]:
         (index, parts), pieces = item
         table, order = gather_part(pieces)
-        write_table_atomic(table, f"{self.directory.rstrip('/')}/{PART_PATTERN.format(index=index, count=parts)}", order)
+        write_table_atomic(table, storage.join(self.directory, PART_PATTERN.format(index=index, count=parts)), order)
         yield dict(Counter(f"{source}.documents" for source in table["source"].to_pylist()))
 
 
@@ -236,12 +232,12 @@ class WriteRejects(beam.PTransform):
         self.directory, self.parts = directory, parts
 
     def expand(self, rejects: beam.PCollection) -> beam.PCollection:
-        directory, parts = self.directory.rstrip("/"), self.parts
+        directory, parts = self.directory, self.parts
 
         def write(item: tuple[int, Iterable[Reject]]) -> dict:
             index, records = item
             table = rejects_table(records)
-            write_table_atomic(table, f"{directory}/{PART_PATTERN.format(index=index, count=parts)}")
+            write_table_atomic(table, storage.join(directory, PART_PATTERN.format(index=index, count=parts)))
             return dict(Counter(f"{s}.rejects.{r}" for s, r in zip(table["source"].to_pylist(), table["reason"].to_pylist())))
 
         return (
@@ -250,26 +246,6 @@ class WriteRejects(beam.PTransform):
             | "GroupParts" >> beam.GroupByKey()
             | "Write" >> beam.Map(write)
         )
-
-
-def merge_counters(parts: Iterable[dict]) -> dict[str, int]:
-    total: Counter[str] = Counter()
-    for part in parts:
-        total.update(part)
-    return dict(sorted(total.items()))
-
-
-def write_counters(counters: dict[str, beam.PCollection], path: str) -> None:
-    """Every counter stream merged into one JSON file ``{stream: {name: count}}``: the job's one stats path."""
-
-    def write(item: tuple[int, Iterable[tuple[str, dict]]]) -> None:
-        merged: dict[str, list[dict]] = {name: [] for name in counters}
-        for name, values in item[1]:
-            merged[name].append(values)
-        write_json_atomic({name: merge_counters(v) for name, v in merged.items()}, Path(path))
-
-    streams = [pcoll | f"Name{name.title()}" >> beam.Map(lambda c, n: (0, (n, c)), name) for name, pcoll in counters.items()]
-    _ = streams | "AllCounters" >> beam.Flatten() | "GatherCounters" >> beam.GroupByKey() | "WriteCounters" >> beam.Map(write)
 
 
 class SpillDocuments(beam.PTransform):

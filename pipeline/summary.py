@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from corpusforge.core import storage
 from corpusforge.corpora.document import AccountingError
 from corpusforge.corpora.document_files import iter_row_groups, word_counts
 from corpusforge.pipeline.documents_io import output_files
@@ -44,7 +44,7 @@ class SourceStats:
     lengths: Lengths | None = None  # None for a source with no documents
 
 
-def collect_stats(documents_dir: Path, rejects_dir: Path) -> dict[str, SourceStats]:
+def collect_stats(documents_dir: storage.PathLike, rejects_dir: storage.PathLike) -> dict[str, SourceStats]:
     stats: dict[str, SourceStats] = defaultdict(SourceStats)
     words: dict[str, list[np.ndarray]] = defaultdict(list)
     for table in iter_row_groups(output_files(documents_dir), ["source", "text"]):  # a part can be 128 MB, a row group ~8 MB
@@ -64,7 +64,8 @@ def collect_stats(documents_dir: Path, rejects_dir: Path) -> dict[str, SourceSta
         for source, lengths in per_source.items():
             stats[source].lengths = length_summary(lengths, bins)
     for path in output_files(rejects_dir):
-        table = pq.read_table(path, columns=["source", "reason"])
+        with storage.arrow_input_unmapped(path) as source:
+            table = pq.read_table(source, columns=["source", "reason"])
         for source, reason in zip(table["source"].to_pylist(), table["reason"].to_pylist()):
             stats[source].rejects[reason] += 1
     return dict(sorted(stats.items()))

@@ -14,13 +14,14 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import apache_beam as beam
 from apache_beam.pvalue import PCollection
 
+from corpusforge.core import storage
 from corpusforge.core.config import Config, WebTextConfig
+from corpusforge.core.layout import Layout
 from corpusforge.corpora.document import Document, Reject, make_id
 from corpusforge.corpora.extract import description_lead, extract_page, fix_mojibake, folded_words, meta_description
 from corpusforge.corpora.fetch import decode_page
@@ -32,8 +33,9 @@ from corpusforge.pipeline.fetch import FetchDoFn
 TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 
 
-def warc_dir_of(cfg: Config) -> Path:
-    return Path(cfg.webtext.warc_dir or Path(cfg.run.output_dir) / "webtext" / "warc")
+def warc_dir_of(cfg: Config) -> str:
+    """The capture folder: ``webtext.warc_dir``, else ``webtext/warc`` in the output folder."""
+    return cfg.webtext.warc_dir or Layout.at(cfg.run.output_dir).path("webtext", "warc")
 
 
 def link_reject(link: Link, reason: str, detail: str = "") -> Reject:
@@ -101,7 +103,7 @@ def to_document(link: Link, capture: Capture, web: WebTextConfig) -> Document | 
 def links_from_warc(path: str, blocklist: Blocklist) -> list[tuple[str, Link] | Reject]:
     """Offline without dumps: every capture in a WARC is a candidate link, keyed canonically."""
     out: list[tuple[str, Link] | Reject] = []
-    for capture in iter_captures(Path(path), max_bytes=0):
+    for capture in iter_captures(path, max_bytes=0):
         cleaned = clean_url(capture.url)
         link = Link(key=cleaned.key if cleaned else capture.url, url=capture.url, score=0, subreddit="", title="", submission_ids=())
         if cleaned is None:
@@ -144,11 +146,11 @@ def read_links(pipeline: beam.Pipeline, cfg: Config, blocklist: Blocklist) -> tu
         links, duplicates = split(grouped, "SplitDuplicates")
         return links, (rejects, duplicates) | "WarcRejects" >> beam.Flatten()
     for path in web.dumps:  # a wrong file is a one-line error now, not a worker's traceback later
-        check_dump_format(Path(path))
+        check_dump_format(path)
     records = (
         pipeline
         | "DumpPaths" >> beam.Create(sorted(str(p) for p in web.dumps))
-        | "ReadDumps" >> beam.FlatMap(lambda path: read_submissions(Path(path)))
+        | "ReadDumps" >> beam.FlatMap(lambda path: read_submissions(path))
     )
     submissions, malformed = split(records, "SplitMalformed")
     screened, dropped = split(submissions | "Screen" >> beam.Map(screen, blocklist, web.exclude_over_18), "SplitScreened")
@@ -172,14 +174,14 @@ class WebText(beam.PTransform):
         web = self.cfg.webtext
         blocklist = Blocklist(web.extra_blocked_domains, web.extra_blocked_extensions)
         warc_dir = warc_dir_of(self.cfg)
-        warc_dir.mkdir(parents=True, exist_ok=True)
+        storage.makedirs(warc_dir)
         links, link_rejects = read_links(pbegin.pipeline, self.cfg, blocklist)
         pages = (
             links
             | "UrlAndLink" >> beam.Map(lambda link: (link.url, link))
             | "Spread" >> beam.Reshuffle()
             | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=web.fetch.batch_size)
-            | "FetchOrReplay" >> beam.ParDo(FetchDoFn(web.fetch, str(warc_dir), offline=web.offline))
+            | "FetchOrReplay" >> beam.ParDo(FetchDoFn(web.fetch, warc_dir, offline=web.offline))
             | "Extract" >> beam.Map(lambda pair, web: to_document(*pair, web), web)
         )
         documents, page_rejects = split(pages, "SplitPages")
@@ -200,7 +202,7 @@ def count_inputs(path: str, from_dumps: bool) -> tuple[str, dict[str, int]]:
     """One dump's lines (or, offline without dumps, one WARC's records), counted by their own read: the
     build checks them against the documents + rejects WebText ends with."""
     counts: Counter[str] = Counter()
-    for _ in read_submissions(Path(path), counts) if from_dumps else iter_captures(Path(path), 0, counts):
+    for _ in read_submissions(path, counts) if from_dumps else iter_captures(path, 0, counts):
         pass
     return "counters", {f"{SOURCE}.inputs": counts["inputs"]}
 

@@ -6,12 +6,13 @@ Both only read: the histogram PNG is written only where ``--plot PATH`` says, ne
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 
+from corpusforge.core import storage
+from corpusforge.core.layout import Layout
 from corpusforge.shards.format import MANIFEST_NAME
 from corpusforge.shards.inspect import SAMPLE, render_example, render_summary, summarize, write_length_histogram
 from corpusforge.shards.reader import ShardError
@@ -22,27 +23,28 @@ VOCAB_HELP = "vocabulary directory or tokenizer.json, when the shards were moved
 LOAD_HINT = 'load with datasets: load_dataset("arrow", data_dir="{directory}", split="train")'
 
 
-def not_shards_hint(directory: Path) -> str | None:
+def not_shards_hint(directory: str) -> str | None:
     """What ``directory`` is instead, with the command that reads it, when it holds no shard manifest."""
-    if (directory / MANIFEST_NAME).is_file():
+    if storage.is_file(storage.join(directory, MANIFEST_NAME)):
         return None
-    if (directory / "documents").is_dir() or (directory / "shards").is_dir():
-        shard_dirs = sorted(str(p.parent) for p in directory.glob(f"shards/*/{MANIFEST_NAME}"))
+    layout = Layout.at(directory)
+    if layout.is_build_folder():
+        shard_dirs = [folder for folder in storage.listdir(layout.shards_root) if storage.is_file(storage.join(folder, MANIFEST_NAME))]
         found = f"; its shards: {', '.join(shard_dirs)}" if shard_dirs else ""
         return f"{directory} is a build output folder: for its documents use `corpusforge docs inspect {directory}`{found}"
-    if any(directory.glob("part-*.parquet")):
+    if any(name.startswith("part-") and name.endswith(".parquet") for name in map(storage.name, storage.listdir(directory))):
         return f"{directory} holds Parquet documents or rejects, not shards: use `corpusforge docs inspect {directory}`"
     return None
 
 
 @app.command("inspect")
 def inspect_command(
-    directory: Annotated[Path, typer.Argument(help="shard directory (holds manifest.json)")],
+    directory: Annotated[str, typer.Argument(help="shard directory (holds manifest.json)")],
     show: Annotated[Optional[int], typer.Option("--show", help="print example N decoded, masks highlighted")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable summary on stdout")] = False,
     sample: Annotated[int, typer.Option(help="examples read for the statistics")] = SAMPLE,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="write the length histogram as a PNG here")] = None,
-    vocab: Annotated[Optional[Path], typer.Option("--vocab", help=VOCAB_HELP)] = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", help="write the length histogram as a PNG here")] = None,
+    vocab: Annotated[Optional[str], typer.Option("--vocab", help=VOCAB_HELP)] = None,
 ) -> None:
     """Summary figures, the sequence-length histogram and decoded examples; changes nothing on disk unless --plot."""
     console = Console(highlight=False, soft_wrap=True)
@@ -54,8 +56,8 @@ def inspect_command(
         example = render_example(directory, show, vocab) if show is not None else []  # fails before any output
         summary = summarize(directory, sample=sample)
         if plot is not None:
-            title = f"{summary['task'].upper()} sequence lengths, {summary['sampled_examples']:,} examples ({directory.name})"
-            summary["histogram_png"] = str(write_length_histogram(plot, summary["length_histogram"], title))
+            title = f"{summary['task'].upper()} sequence lengths, {summary['sampled_examples']:,} examples ({storage.name(directory)})"
+            summary["histogram_png"] = write_length_histogram(plot, summary["length_histogram"], title)
         if as_json:
             typer.echo(json.dumps(summary, indent=2))
         else:
@@ -72,8 +74,8 @@ def inspect_command(
 
 @app.command("verify")
 def verify_command(
-    directory: Annotated[Path, typer.Argument(help="shard directory (holds manifest.json)")],
-    vocab: Annotated[Optional[Path], typer.Option("--vocab", help=VOCAB_HELP)] = None,
+    directory: Annotated[str, typer.Argument(help="shard directory (holds manifest.json)")],
+    vocab: Annotated[Optional[str], typer.Option("--vocab", help=VOCAB_HELP)] = None,
 ) -> None:
     """Check every checksum, schema, count and file; print each problem and exit 1 if there is any."""
     hint = not_shards_hint(directory)

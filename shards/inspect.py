@@ -7,7 +7,7 @@ multi-gigabyte directory is summarised in seconds; the summary says when it samp
 from __future__ import annotations
 
 import io
-from pathlib import Path
+import os
 from typing import Any
 
 import numpy as np
@@ -16,15 +16,15 @@ from rich.table import Table
 from rich.text import Text
 from tokenizers import Tokenizer
 
-from corpusforge.core.files import atomic_write_bytes
+from corpusforge.core import storage
 from corpusforge.shards.reader import Manifest, ShardError, column_view, open_shard, read_manifest
 
 SAMPLE = 200_000
 HISTOGRAM_BINS = 16
 
 
-def summarize(directory: Path, *, sample: int = SAMPLE) -> dict[str, Any]:
-    manifest = read_manifest(Path(directory))
+def summarize(directory: storage.PathLike, *, sample: int = SAMPLE) -> dict[str, Any]:
+    manifest = read_manifest(directory)
     columns = _sampled_columns(manifest, sample)
     lengths = columns["length"].astype(np.int64)
     width = manifest.arrow_schema().field("input_ids").type.list_size
@@ -144,7 +144,7 @@ def length_histogram_figure(histogram: dict[str, list], title: str) -> Any:
     return figure
 
 
-def write_length_histogram(path: Path, histogram: dict[str, list], title: str) -> Path:
+def write_length_histogram(path: storage.PathLike, histogram: dict[str, list], title: str) -> str:
     """Save the histogram as a PNG at ``path``, written atomically (never into the shard directory by default)."""
     from matplotlib import pyplot as plt
 
@@ -152,17 +152,17 @@ def write_length_histogram(path: Path, histogram: dict[str, list], title: str) -
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100)
     plt.close(figure)
-    atomic_write_bytes(Path(path), buffer.getvalue())
-    return Path(path)
+    storage.write_bytes(path, buffer.getvalue())
+    return os.fspath(path)
 
 
-def render_example(directory: Path, index: int, vocab: Path | None = None) -> list[Text]:
+def render_example(directory: storage.PathLike, index: int, vocab: storage.PathLike | None = None) -> list[Text]:
     """Example ``index`` (file order) decoded, masked positions highlighted with their originals, as lines to print.
 
     Built whole before anything is printed, so a bad index or a missing vocabulary is one error line.
     ``vocab`` replaces the manifest's vocabulary path (shards moved without their vocabulary).
     """
-    manifest = read_manifest(Path(directory), vocab=vocab)
+    manifest = read_manifest(directory, vocab=vocab)
     if not 0 <= index < manifest.examples:
         raise IndexError(f"example {index} out of range: the directory holds {manifest.examples}")
     offset = 0
@@ -171,9 +171,9 @@ def render_example(directory: Path, index: int, vocab: Path | None = None) -> li
             row = open_shard(manifest.shard_path(entry), expected=entry).slice(index - offset, 1).to_pylist()[0]
             break
         offset += entry.examples
-    if not manifest.tokenizer_path().is_file():
+    if not storage.is_file(manifest.tokenizer_path()):
         raise ShardError(f"{manifest.tokenizer_path()}: vocabulary not found (shards moved without it? pass --vocab DIR)")
-    tokenizer = Tokenizer.from_file(str(manifest.tokenizer_path()))
+    tokenizer = Tokenizer.from_str(storage.read_text(manifest.tokenizer_path()))
     lines = [Text(f"example {index} ({entry.file}, row {index - offset})")]
     ids = row["input_ids"][: row["length"]]
     if manifest.task == "gpt":

@@ -11,14 +11,14 @@ Writers should write one record batch per shard: then every column is one contig
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import os
 from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
-from corpusforge.core.files import sha256_file
+from corpusforge.core import storage
 from corpusforge.shards.format import FORMAT_VERSION, MANIFEST_NAME, bert_schema, gpt_schema, numpy_dtype
 
 FILE_MAGIC = b"ARROW1"  # starts an Arrow IPC file; an IPC stream starts with a message length
@@ -59,10 +59,10 @@ class Manifest(BaseModel):
     shard_schema: ShardSchemaInfo = Field(alias="schema")
     shards: list[ShardEntry]
     totals: dict[str, Any] = Field(default_factory=dict)
-    _root: Path = PrivateAttr(default=Path("."))
+    _root: str = PrivateAttr(default=".")
 
     @property
-    def root(self) -> Path:
+    def root(self) -> str:
         """The directory holding manifest.json; shard files and a relative vocab path live under it."""
         return self._root
 
@@ -74,37 +74,41 @@ class Manifest(BaseModel):
     def tokens(self) -> int:
         return sum(entry.tokens for entry in self.shards)
 
-    def shard_path(self, entry: ShardEntry) -> Path:
-        return self._root / entry.file
+    def shard_path(self, entry: ShardEntry) -> str:
+        return storage.join(self._root, entry.file)
 
-    def vocab_path(self) -> Path:
-        path = Path(self.vocab.path)
-        return path if path.is_absolute() else self._root / path
+    def vocab_path(self) -> str:
+        """The vocabulary: a URI or absolute path as recorded, a relative one (what the writer records) under the root."""
+        path = self.vocab.path
+        if not storage.is_local(path) or os.path.isabs(path):
+            return path
+        joined = storage.join(self._root, path)
+        return joined if storage.is_local(joined) else storage.normpath(joined)  # a store takes ``..`` literally
 
-    def tokenizer_path(self) -> Path:
+    def tokenizer_path(self) -> str:
         """tokenizer.json: the vocab path itself, or the file of that name in a vocabulary directory."""
         path = self.vocab_path()
-        return path / "tokenizer.json" if path.is_dir() else path
+        return storage.join(path, "tokenizer.json") if storage.is_dir(path) else path
 
     def arrow_schema(self) -> pa.Schema:
         """The exact schema every shard must have (from shards.format)."""
         info = self.shard_schema
         if self.task == "bert":
             if info.max_seq_length is None or info.max_predictions_per_seq is None:
-                raise ShardError(f"{self._root / MANIFEST_NAME}: bert schema needs max_seq_length and max_predictions_per_seq")
+                raise ShardError(f"{storage.join(self._root, MANIFEST_NAME)}: bert schema needs max_seq_length and max_predictions_per_seq")
             return bert_schema(info.max_seq_length, info.max_predictions_per_seq, self.vocab.size)
         if info.seq_len is None:
-            raise ShardError(f"{self._root / MANIFEST_NAME}: gpt schema needs seq_len")
+            raise ShardError(f"{storage.join(self._root, MANIFEST_NAME)}: gpt schema needs seq_len")
         return gpt_schema(info.seq_len, self.vocab.size)
 
 
-def read_manifest(directory: Path, vocab: Path | None = None) -> Manifest:
+def read_manifest(directory: storage.PathLike, vocab: storage.PathLike | None = None) -> Manifest:
     """The manifest of a shard directory; ``vocab`` replaces its vocabulary path (shards moved without it)."""
-    path = Path(directory) / MANIFEST_NAME
-    if not path.is_file():
+    path = storage.join(directory, MANIFEST_NAME)
+    if not storage.is_file(path):
         raise ShardError(f"{path}: manifest missing")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(storage.read_text(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ShardError(f"{path}: not valid JSON ({exc})") from exc
     if not isinstance(data, dict) or data.get("format_version") != FORMAT_VERSION:
@@ -116,14 +120,14 @@ def read_manifest(directory: Path, vocab: Path | None = None) -> Manifest:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise ShardError(f"{path}: invalid manifest: {where}: {first['msg']} ({exc.error_count()} error(s))") from exc
-    manifest._root = Path(directory)
+    manifest._root = os.fspath(directory)
     if vocab is not None:
-        manifest.vocab.path = str(Path(vocab).resolve())
+        manifest.vocab.path = storage.resolve(vocab)
     return manifest
 
 
 def open_shard(
-    path: Path,
+    path: storage.PathLike,
     *,
     expected: ShardEntry | None = None,
     check_sha: bool = False,
@@ -133,22 +137,22 @@ def open_shard(
 
     Both IPC flavours open: the stream format of shards.format (the only one
     ``datasets.Dataset.from_file`` reads) and the IPC file format of earlier shards. Either way the
-    columns' buffers point into the memory map.
+    columns' buffers point into the memory map (a shard behind a URI is read into memory instead).
 
     ``expected`` (the manifest entry) checks size and example count before anything is trusted;
     ``check_sha`` reads the whole file once to compare its checksum; ``schema`` checks the columns.
     """
-    path = Path(path)
-    if not path.is_file():
+    path = os.fspath(path)
+    if not storage.is_file(path):
         raise ShardError(f"{path}: shard file missing")
-    if expected is not None and path.stat().st_size != expected.bytes:
-        raise ShardError(f"{path}: {path.stat().st_size} bytes, manifest says {expected.bytes} (truncated or rewritten)")
+    if expected is not None and storage.size(path) != expected.bytes:
+        raise ShardError(f"{path}: {storage.size(path)} bytes, manifest says {expected.bytes} (truncated or rewritten)")
     if check_sha and expected is not None:
-        actual = sha256_file(path)
+        actual = storage.sha256(path)
         if actual != expected.sha256:
             raise ShardError(f"{path}: sha256 mismatch (manifest {expected.sha256[:12]}…, file {actual[:12]}…)")
     try:
-        source = pa.memory_map(str(path), "r")
+        source = storage.arrow_input(path)
         opener = pa.ipc.open_file if source.read(len(FILE_MAGIC)) == FILE_MAGIC else pa.ipc.open_stream
         source.seek(0)
         table = opener(source).read_all()

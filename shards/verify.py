@@ -8,20 +8,21 @@ totals, and the vocabulary file's checksum and id type.
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from corpusforge.core.files import WORK_DIR, sha256_file
+from corpusforge.core import storage
+from corpusforge.core.layout import Layout, build_folder_of
 from corpusforge.shards.format import MANIFEST_NAME, SHARD_PATTERN, id_type
 from corpusforge.shards.reader import Manifest, ShardEntry, ShardError, column_view, open_shard, read_manifest
 
 
-def verify(directory: Path, *, progress: bool = False, vocab: Path | None = None) -> list[str]:
+def verify(directory: storage.PathLike, *, progress: bool = False, vocab: storage.PathLike | None = None) -> list[str]:
     """Every problem of ``directory``, one line each; ``vocab`` replaces the manifest's vocabulary path."""
-    directory = Path(directory)
+    directory = os.fspath(directory)
     try:
         manifest = read_manifest(directory, vocab=vocab)
     except ShardError as exc:
@@ -35,30 +36,32 @@ def verify(directory: Path, *, progress: bool = False, vocab: Path | None = None
         problems += _check_shard(manifest, entry, schema)
     for key, actual in (("examples", manifest.examples), ("tokens", manifest.tokens)):
         if manifest.totals.get(key) != actual:
-            problems.append(f"{directory / MANIFEST_NAME}: totals.{key} is {manifest.totals.get(key)}, shards add up to {actual}")
+            problems.append(f"{storage.join(directory, MANIFEST_NAME)}: totals.{key} is {manifest.totals.get(key)}, shards add up to {actual}")
     return problems
 
 
 def _check_files(manifest: Manifest) -> list[str]:
     problems = []
+    root = manifest.root
     listed = [entry.file for entry in manifest.shards]
     if len(set(listed)) != len(listed):
-        problems.append(f"{manifest.root / MANIFEST_NAME}: a shard file is listed twice")
+        problems.append(f"{storage.join(root, MANIFEST_NAME)}: a shard file is listed twice")
     for index, name in enumerate(listed):
         wanted = SHARD_PATTERN.format(index=index, count=len(listed))
         if name != wanted:
-            problems.append(f"{manifest.root / name}: listed as shard {index}, expected the name {wanted}")
-        if not (manifest.root / name).is_file():
-            problems.append(f"{manifest.root / name}: shard file missing")
-    for path in sorted(manifest.root.iterdir()):
-        stray = path.name not in listed and (path.name.endswith(".arrow") or ".tmp-" in path.name)
-        if stray:
+            problems.append(f"{storage.join(root, name)}: listed as shard {index}, expected the name {wanted}")
+        if not storage.is_file(storage.join(root, name)):
+            problems.append(f"{storage.join(root, name)}: shard file missing")
+    for name in [storage.name(found) for found in storage.listdir(root)]:
+        path = storage.join(root, name)  # as the caller spelled the folder
+        if name not in listed and (name.endswith(".arrow") or ".tmp-" in name):
             problems.append(f"{path}: not in the manifest (a leftover or half-written file)")
-        elif path.is_dir() and path.name.startswith(".sort-"):
+        elif name.startswith(".sort-") and storage.is_dir(path):
             problems.append(f"{path}: spill folder of an interrupted build (the next build removes it)")
-    build_work = manifest.root.parent.parent / WORK_DIR
-    if manifest.root.parent.name == "shards" and build_work.is_dir():
-        problems.append(f"{build_work}: spill folder of an interrupted build (the next build removes it)")
+    build = build_folder_of(root)
+    work = Layout.at(build).temp if build is not None else None
+    if work is not None and storage.is_dir(work):
+        problems.append(f"{work}: spill folder of an interrupted build (the next build removes it)")
     return problems
 
 
@@ -67,12 +70,12 @@ def _check_vocab(manifest: Manifest) -> list[str]:
     problems = []
     if manifest.shard_schema.id_type != str(id_type(vocab.size)):
         problems.append(f"{manifest.root / MANIFEST_NAME}: id_type {manifest.shard_schema.id_type} does not fit vocab size {vocab.size}")
-    if path.is_dir():
+    if storage.is_dir(path):
         from corpusforge.encoding.vocab import vocab_sha256  # the build's digest over a vocabulary directory's files
 
         actual = vocab_sha256(path)
-    elif path.is_file():
-        actual = sha256_file(path)
+    elif storage.is_file(path):
+        actual = storage.sha256(path)
     else:
         return problems + [f"{path}: vocabulary missing (shards moved without it? pass --vocab DIR)"]
     if vocab.sha256 and actual != vocab.sha256:
@@ -82,7 +85,7 @@ def _check_vocab(manifest: Manifest) -> list[str]:
 
 def _check_shard(manifest: Manifest, entry: ShardEntry, schema: pa.Schema) -> list[str]:
     path = manifest.shard_path(entry)
-    if not path.is_file():
+    if not storage.is_file(path):
         return []  # already reported as missing
     try:
         table = open_shard(path, expected=entry, check_sha=True, schema=schema)
@@ -102,7 +105,7 @@ def _check_shard(manifest: Manifest, entry: ShardEntry, schema: pa.Schema) -> li
     return problems
 
 
-def _check_bert_values(path: Path, table: pa.Table, length: np.ndarray) -> list[str]:
+def _check_bert_values(path: str, table: pa.Table, length: np.ndarray) -> list[str]:
     problems = []
     a_length = column_view(table, "a_length").astype(np.int64)
     if np.any(a_length >= length) or np.any(a_length < 2):

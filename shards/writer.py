@@ -19,33 +19,34 @@ before and written after all shards, so a directory without ``manifest.json`` is
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from corpusforge.core.files import atomic_path, atomic_write_bytes, sha256_file
+from corpusforge.core import storage
 from corpusforge.shards.format import MANIFEST_NAME, OLD_SHARD_GLOB, SHARD_PATTERN, numpy_dtype
 
 KEY = "key"
 
 
-def write_ipc(path: Path, table: pa.Table, compression: str | None = None) -> None:
+def write_ipc(path: storage.PathLike, table: pa.Table, compression: str | None = None) -> None:
     """One Arrow IPC stream, one record batch, written under a temporary name then renamed.
 
     The stream flavour because it is the one ``datasets.Dataset.from_file`` reads; memory-mapped,
-    an uncompressed stream is read as zero-copy as an IPC file.
+    an uncompressed stream is read as zero-copy as an IPC file. Arrow's own file sink writes a local
+    temporary (``storage.local_output``: uploaded once whole when ``path`` is a URI).
     """
     options = pa.ipc.IpcWriteOptions(compression=compression)
-    with atomic_path(path) as temp, pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+    with storage.local_output(path) as temp, pa.OSFile(temp, "wb") as sink, pa.ipc.new_stream(sink, table.schema, options=options) as writer:
         for batch in table.combine_chunks().to_batches(max_chunksize=max(table.num_rows, 1)):
             writer.write_batch(batch)
 
@@ -73,7 +74,7 @@ def range_buckets(keys: np.ndarray, num_buckets: int) -> np.ndarray:
 
 
 def spill_pieces(
-    directory: Path, origin: str, keys: np.ndarray, columns: dict[str, np.ndarray], schema: pa.Schema, num_buckets: int
+    directory: storage.PathLike, origin: str, keys: np.ndarray, columns: dict[str, np.ndarray], schema: pa.Schema, num_buckets: int
 ) -> None:
     """Write the examples of one producer as ``directory/bucket-<b>/<origin>.arrow``, one file per range bucket.
 
@@ -85,21 +86,26 @@ def spill_pieces(
     order = np.argsort(owner, kind="stable")
     for rows in np.split(order, np.flatnonzero(np.diff(owner[order])) + 1):
         if len(rows):
-            folder = Path(directory) / f"bucket-{int(owner[rows[0]]):08d}"
-            folder.mkdir(parents=True, exist_ok=True)
-            write_ipc(folder / f"{origin}.arrow", pa.Table.from_batches([batch.take(pa.array(rows))]))
+            folder = storage.join(directory, f"bucket-{int(owner[rows[0]]):08d}")
+            storage.makedirs(folder)
+            write_ipc(storage.join(folder, f"{origin}.arrow"), pa.Table.from_batches([batch.take(pa.array(rows))]))
 
 
-def _spill_buckets(directory: Path) -> Iterator[list[Path]]:
+def _matching(folder: storage.PathLike, pattern: str) -> list[str]:
+    """The sorted paths directly in ``folder`` whose name matches ``pattern`` (the folder's own name is taken literally)."""
+    return [path for path in storage.listdir(folder) if fnmatch.fnmatchcase(storage.name(path), pattern)]
+
+
+def _spill_buckets(directory: storage.PathLike) -> Iterator[list[str]]:
     """Each non-empty bucket's spill files, buckets in key order (names are zero-padded), files in origin-name
     order: equal keys (vanishingly rare) then always tie the same way."""
-    for folder in sorted(Path(directory).glob("bucket-*")):
-        paths = sorted(folder.glob("*.arrow"))
+    for folder in _matching(directory, "bucket-*"):
+        paths = _matching(folder, "*.arrow")
         if paths:
             yield paths
 
 
-def iter_sorted_buckets(directory: Path) -> Iterator[pa.RecordBatch]:
+def iter_sorted_buckets(directory: storage.PathLike) -> Iterator[pa.RecordBatch]:
     """The global order: one record batch per bucket, sorted by key, without the key column."""
     for paths in _spill_buckets(directory):
         schema = _open_spill(paths[0]).schema.remove(0)
@@ -109,7 +115,7 @@ def iter_sorted_buckets(directory: Path) -> Iterator[pa.RecordBatch]:
         yield record_batch(schema, columns)
 
 
-def _copy_sorted(paths: Sequence[Path], first: int, rows: int, schema: pa.Schema, columns: dict[str, np.ndarray], at: int) -> None:
+def _copy_sorted(paths: Sequence[str], first: int, rows: int, schema: pa.Schema, columns: dict[str, np.ndarray], at: int) -> None:
     """Copy rows ``first .. first + rows`` of the bucket's key order (ties: file order) into ``columns[at:]``.
 
     Only the keys are sorted; each spill file is then memory-mapped in turn and its rows in the
@@ -117,7 +123,7 @@ def _copy_sorted(paths: Sequence[Path], first: int, rows: int, schema: pa.Schema
     """
     keys = np.concatenate([_open_spill(path, schema).column(KEY).to_numpy() for path in paths])
     if len(keys) < first + rows:
-        raise ValueError(f"{paths[0].parent}: {len(keys)} examples in the spill files, the cut needs {first + rows}")
+        raise ValueError(f"{storage.parent(paths[0])}: {len(keys)} examples in the spill files, the cut needs {first + rows}")
     destination = np.empty(len(keys), dtype=np.int64)
     destination[np.argsort(keys, kind="stable")] = np.arange(len(keys)) - first
     start = 0
@@ -130,7 +136,7 @@ def _copy_sorted(paths: Sequence[Path], first: int, rows: int, schema: pa.Schema
         start += batch.num_rows
 
 
-def _open_spill(path: Path, schema: pa.Schema | None = None) -> pa.RecordBatch:
+def _open_spill(path: str, schema: pa.Schema | None = None) -> pa.RecordBatch:
     """A spill file's one record batch; with ``schema``, checked to hold the key plus exactly its columns."""
     batches = _read_spill(path)
     if len(batches) != 1:
@@ -142,10 +148,10 @@ def _open_spill(path: Path, schema: pa.Schema | None = None) -> pa.RecordBatch:
     return batches[0]
 
 
-def _read_spill(path: Path) -> list[pa.RecordBatch]:
+def _read_spill(path: str) -> list[pa.RecordBatch]:
     """A spill file's record batches, memory-mapped (only their headers are read), or a one-line error."""
     try:
-        return list(pa.ipc.open_stream(pa.memory_map(str(path), "r")))
+        return list(pa.ipc.open_stream(storage.arrow_input(path)))
     except (OSError, pa.ArrowException) as error:
         raise ValueError(f"{path}: unreadable spill file ({error})") from error
 
@@ -154,7 +160,7 @@ def _columns(schema: pa.Schema) -> str:
     return ", ".join(f"{field.name}: {field.type}" for field in schema)
 
 
-def _spill_rows(path: Path) -> int:
+def _spill_rows(path: str) -> int:
     return sum(batch.num_rows for batch in _read_spill(path))
 
 
@@ -173,7 +179,7 @@ def _column_view(array: pa.Array) -> np.ndarray:
     return array.to_numpy()
 
 
-def spilled_rows(directory: Path) -> int:
+def spilled_rows(directory: storage.PathLike) -> int:
     """Examples in all spill files, from the batch headers (memory-mapped: the columns are not read)."""
     return sum(_spill_rows(path) for paths in _spill_buckets(directory) for path in paths)
 
@@ -197,18 +203,18 @@ def plan_shard_sizes(num_examples: int, bytes_per_example: int, target_bytes: in
     return [base + (index < extra) for index in range(count)]
 
 
-def clear_outputs(out_dir: Path) -> None:
+def clear_outputs(out_dir: storage.PathLike) -> None:
     """Remove a previous run's manifest (first: the directory is then visibly incomplete) and shards."""
-    (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
-    for stale in [*out_dir.glob("train-*-of-*.arrow*"), *out_dir.glob(OLD_SHARD_GLOB)]:
-        stale.unlink()
+    storage.remove(storage.join(out_dir, MANIFEST_NAME))
+    for stale in [*_matching(out_dir, "train-*-of-*.arrow*"), *_matching(out_dir, OLD_SHARD_GLOB)]:
+        storage.remove(stale)
 
 
 def write_shards(
     batches: Iterable[pa.RecordBatch],
     num_examples: int,
     schema: pa.Schema,
-    out_dir: Path,
+    out_dir: storage.PathLike,
     manifest: dict,
     *,
     target_bytes: int,
@@ -219,8 +225,8 @@ def write_shards(
 
     ``manifest`` holds everything but "shards" and the example/token totals, which are filled here.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = os.fspath(out_dir)
+    storage.makedirs(out_dir)
     clear_outputs(out_dir)
     sizes = plan_shard_sizes(num_examples, row_bytes(schema), target_bytes, max_examples)
     codec = None if compression == "none" else compression
@@ -229,7 +235,7 @@ def write_shards(
     with tqdm(total=num_examples, unit="ex", desc="shards", disable=None) as progress:
         for index, size in enumerate(sizes):
             table = pa.Table.from_batches([next(pending)]) if size else schema.empty_table()
-            path = out_dir / SHARD_PATTERN.format(index=index, count=len(sizes))
+            path = storage.join(out_dir, SHARD_PATTERN.format(index=index, count=len(sizes)))
             write_ipc(path, table, codec)
             entries.append(_shard_entry(path, table))
             progress.update(table.num_rows)
@@ -246,12 +252,12 @@ Piece = tuple[int, int, int]  # (bucket, first row within the bucket's sorted or
 class CutPlan:
     """How the global order is cut: ``pieces[s]`` are the rows of shard ``s``, in order, ``buckets[b]`` the spill files of bucket ``b``."""
 
-    buckets: list[list[Path]]
+    buckets: list[list[str]]
     sizes: list[int]
     pieces: list[list[Piece]]
 
 
-def plan_cut(directory: Path, schema: pa.Schema, target_bytes: int, max_examples: int | None = None) -> CutPlan:
+def plan_cut(directory: storage.PathLike, schema: pa.Schema, target_bytes: int, max_examples: int | None = None) -> CutPlan:
     """The shards of the spilled examples in ``directory`` and the bucket rows each takes, from the spill headers alone.
 
     A shard may straddle buckets and a bucket may feed several shards (each job then sorts it).
@@ -274,7 +280,7 @@ def plan_cut(directory: Path, schema: pa.Schema, target_bytes: int, max_examples
     return CutPlan(buckets, sizes, pieces)
 
 
-def write_shard(path: Path, pieces: Sequence[tuple[Sequence[Path], int, int]], schema: pa.Schema, compression: str | None) -> dict:
+def write_shard(path: str, pieces: Sequence[tuple[Sequence[str], int, int]], schema: pa.Schema, compression: str | None) -> dict:
     """One shard from (spill files of a bucket, first row in its sorted order, rows) pieces; returns its manifest entry.
 
     Run in a worker process. The columns are allocated once and filled by copies, never slices of
@@ -292,9 +298,9 @@ def write_shard(path: Path, pieces: Sequence[tuple[Sequence[Path], int, int]], s
 
 
 def write_spilled_shards(
-    directory: Path,
+    directory: storage.PathLike,
     schema: pa.Schema,
-    out_dir: Path,
+    out_dir: storage.PathLike,
     manifest: dict,
     *,
     target_bytes: int,
@@ -317,13 +323,13 @@ def write_spilled_shards(
     plan = plan_cut(directory, schema, target_bytes, max_examples)
     if expected is not None and sum(plan.sizes) != expected:
         raise RuntimeError(f"spill files hold {sum(plan.sizes)} examples, the example stage made {expected}")
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = os.fspath(out_dir)
+    storage.makedirs(out_dir)
     clear_outputs(out_dir)
     codec = None if compression == "none" else compression
     jobs = [
         (
-            out_dir / SHARD_PATTERN.format(index=index, count=len(plan.sizes)),
+            storage.join(out_dir, SHARD_PATTERN.format(index=index, count=len(plan.sizes))),
             [(plan.buckets[bucket], first, rows) for bucket, first, rows in shard],
             schema,
             codec,
@@ -354,26 +360,32 @@ def _run_jobs(jobs: list[tuple], workers: int, progress: tqdm) -> list[dict]:
         return [future.result() for future in futures]
 
 
-def _shard_entry(path: Path, table: pa.Table) -> dict:
+def _shard_entry(path: str, table: pa.Table) -> dict:
     return {
-        "file": path.name,
+        "file": storage.name(path),
         "examples": table.num_rows,
         "tokens": int(np.sum(table.column("length").to_numpy(), dtype=np.int64)),
-        "bytes": path.stat().st_size,
-        "sha256": sha256_file(path),
+        "bytes": storage.size(path),
+        "sha256": storage.sha256(path),
     }
 
 
-def _write_manifest(out_dir: Path, manifest: dict, entries: list[dict]) -> dict:
+def _write_manifest(out_dir: str, manifest: dict, entries: list[dict]) -> dict:
     """``manifest`` with the shard entries and totals, written atomically: the last file of a run."""
     manifest = dict(manifest, shards=entries)
     if "vocab" in manifest:  # relative to the shard folder, so a directory moved together with its vocabulary still verifies
-        manifest["vocab"] = dict(manifest["vocab"], path=os.path.relpath(Path(manifest["vocab"]["path"]).resolve(), out_dir.resolve()))
+        manifest["vocab"] = dict(manifest["vocab"], path=_vocab_from(out_dir, manifest["vocab"]["path"]))
     manifest["totals"] = dict(
         manifest.get("totals", {}), examples=sum(e["examples"] for e in entries), tokens=sum(e["tokens"] for e in entries)
     )
-    atomic_write_bytes(out_dir / MANIFEST_NAME, json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"))
+    storage.write_bytes(storage.join(out_dir, MANIFEST_NAME), json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"))
     return manifest
+
+
+def _vocab_from(out_dir: str, vocab: str) -> str:
+    """The vocabulary's path relative to the shard folder; absolute when they are on different stores."""
+    vocab, out_dir = storage.resolve(vocab), storage.resolve(out_dir)
+    return storage.relative(vocab, out_dir) if storage.scheme(vocab) == storage.scheme(out_dir) else vocab
 
 
 def _fill_shards(batches: Iterable[pa.RecordBatch], sizes: Sequence[int], schema: pa.Schema) -> Iterator[pa.RecordBatch]:

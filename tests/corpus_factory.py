@@ -7,12 +7,22 @@ seeded generator, so a corpus of any size is deterministic and its books are not
 
 from __future__ import annotations
 
+import bz2
+import io
+import re
+from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
+from corpusforge.core import storage
 from corpusforge.corpora.decode import decode_bytes
 from corpusforge.corpora.gutenberg import strip_gutenberg
+from corpusforge.corpora.wikipedia import _is_bz2, _page_id_and_title, _sniff_encoding
+
+_XML_DECLARATION = re.compile(rb"<\?xml[^>]*\?>\s*")
 
 
 def paragraphs(books_dir: Path) -> list[str]:
@@ -66,8 +76,6 @@ def make_wikipedia(books_dir: Path, out_dir: Path, total_bytes: int, page_bytes:
     few large books. Returns the dump's path and the bytes of wikitext written (at least ``total_bytes``)."""
     from xml.sax.saxutils import escape
 
-    from corpusforge.corpora.wikipedia import build_multistream
-
     pool = paragraphs(books_dir)
     lengths = np.array([len(p.encode("utf-8")) + 2 for p in pool])
     rng = np.random.default_rng(seed)
@@ -98,3 +106,60 @@ def make_wikipedia(books_dir: Path, out_dir: Path, total_bytes: int, page_bytes:
     build_multistream(xml, dump, out_dir / "enwiki-multistream-index.txt.bz2")
     xml.unlink()
     return dump, written
+
+
+def build_multistream(src: Path, dst: Path, index: Path, pages_per_stream: int = 100) -> None:
+    """Rewrite any dump as a real bz2 multistream dump (UTF-8) plus its bz2 ``offset:id:title``
+    index, as Wikimedia publishes them: the header in stream one, ``pages_per_stream`` pages per
+    stream, the footer last."""
+    if pages_per_stream < 1:
+        raise ValueError(f"pages_per_stream must be >= 1, got {pages_per_stream}")
+    with storage.writing(dst) as out, storage.writing(index) as index_file, bz2.BZ2File(index_file, "wb") as index_out:
+        pages: list[bytes] = []
+
+        def flush_pages() -> None:
+            offset = out.tell()
+            out.write(bz2.compress(b"".join(pages)))
+            for page in pages:
+                page_id, title = _page_id_and_title(page)
+                index_out.write(f"{offset}:{page_id}:{title}\n".encode("utf-8"))
+            pages.clear()
+
+        for part, data in _dump_parts(src):
+            if part == "page":
+                pages.append(data)
+                if len(pages) == pages_per_stream:
+                    flush_pages()
+                continue
+            if pages:
+                flush_pages()
+            out.write(bz2.compress(data))  # header or footer: a stream of its own
+
+
+def _dump_parts(src: Path) -> Iterator[tuple[Literal["header", "page", "footer"], bytes]]:
+    """Split a dump (any encoding, one tag per line as MediaWiki writes them) into its header,
+    its ``<page>`` elements and its footer, re-encoded as UTF-8 without an XML declaration."""
+    compressed = _is_bz2(src)
+    with storage.open_file(src, "rb") as raw, bz2.BZ2File(raw) if compressed else nullcontext(raw) as f:
+        encoding = _sniff_encoding(f.read(512))
+    part: Literal["header", "page", "footer"] = "header"
+    lines: list[str] = []
+    with (
+        storage.open_file(src, "rb") as raw,
+        bz2.BZ2File(raw) if compressed else nullcontext(raw) as f,
+        io.TextIOWrapper(f, encoding=encoding, newline="") as text,
+    ):
+        for line in text:
+            stripped = line.lstrip()
+            if stripped.startswith("<page>") or stripped.startswith("<page "):
+                if lines and part != "page":
+                    yield part, _XML_DECLARATION.sub(b"", "".join(lines).encode("utf-8"), count=1)
+                    lines = []
+                part = "page"
+            lines.append(line)
+            if part == "page" and stripped.startswith("</page>"):
+                yield "page", "".join(lines).encode("utf-8")
+                lines = []
+                part = "footer"
+    if lines:
+        yield part, "".join(lines).encode("utf-8")

@@ -196,11 +196,36 @@ def test_output_depends_only_on_seed_dupe_and_documents(tokenized, vocab):
 
 
 def test_single_document_corpus_has_only_actual_next_pairs(tokenized, vocab):
-    examples, counters, _ = make([max(tokenized, key=lambda d: len(d.tokens))], vocab)
+    doc = max(tokenized, key=lambda d: len(d.tokens))
+    examples, counters, cfg = make([doc], vocab)
     assert len(examples) > 100
     assert not examples.next_sentence_label.any()
-    assert counters["forced_actual_next"] > 0 and counters["no_partner"] >= 0
+    assert counters["forced_actual_next"] > 0
     assert counters["examples"] == len(examples)
+    # Only a one-sentence chunk lacks a partner. Every sentence here is shorter than a full target, so
+    # such a chunk needs a short target or is the document's last sentence.
+    assert np.diff(doc.offsets).max() < cfg.max_seq_length - 3
+    assert counters["no_partner"] <= counters["short_targets"] + 1
+
+
+def sentence_document(lengths: list[int]) -> TokenizedDocument:
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return TokenizedDocument("d", np.arange(1000, 1000 + offsets[-1], dtype=np.uint16), offsets)
+
+
+@pytest.mark.parametrize(
+    ("lengths", "no_partner", "examples"),
+    [
+        ([5] * 6, 0, 2),  # chunks 0-2 and 3-5: each reaches the 13-token target with 3 sentences
+        ([20] * 3, 3, 0),  # every sentence fills a target alone: no chunk has a B
+        ([5, 5, 5, 20, 5, 5, 5, 5], 2, 2),  # the long sentence 3 and the leftover last sentence 7
+    ],
+)
+def test_single_document_chunks_without_a_partner_are_counted_exactly(vocab, lengths, no_partner, examples):
+    """With no short targets the chunks are fixed by the sentence lengths (target = 16 - 3 = 13 tokens)."""
+    made, counters, _ = make([sentence_document(lengths)], vocab, max_seq_length=16, short_seq_prob=0.0)
+    assert counters["no_partner"] == no_partner
+    assert len(made) == counters["examples"] == examples
 
 
 def test_single_sentence_documents_contribute_random_next_pairs(vocab):

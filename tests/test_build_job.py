@@ -60,7 +60,7 @@ def test_demo_documents_account_for_every_input(tmp_path: Path, samples: Path) -
 @pytest.fixture(scope="module")
 def real_inputs(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> tuple[Path, Path]:
     """A few shared books and the enwiki excerpt rebuilt as a bz2 multistream dump (several ranges)."""
-    from corpusforge.corpora.wikipedia import build_multistream
+    from corpus_factory import build_multistream
 
     root = tmp_path_factory.mktemp("inputs")
     books = root / "books"

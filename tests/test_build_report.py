@@ -184,14 +184,15 @@ def test_log_view_reports_periodic_counters_and_failures(caplog):
 
 
 def test_polled_counters_show_while_a_stage_runs_and_leave_its_final_line(caplog, monkeypatch, tmp_path):
-    from corpusforge.build import files_so_far
+    from corpusforge.core.layout import Layout
+    from corpusforge.stages import DOCUMENTS
 
     monkeypatch.setattr(progress, "POLL_S", 0.02)
     caplog.set_level(logging.INFO, logger="corpusforge.progress")
     spill = tmp_path / ".work" / "documents" / "spill"
     spill.mkdir(parents=True)
     with progress.display(Console(file=io.StringIO()), live=False, interval_s=0.1):
-        with progress.stage("documents", poll=lambda: files_so_far(tmp_path, "documents")):
+        with progress.stage("documents", poll=lambda: DOCUMENTS.live(Layout.at(tmp_path))):
             for index in range(3):
                 (spill / f"books-{index}.arrow").write_bytes(b"")
             time.sleep(0.4)

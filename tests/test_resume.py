@@ -291,14 +291,16 @@ def test_killed_training_continues_from_its_newest_checkpoint(finished: Path) ->
 
 
 def test_changed_input_file_is_named_and_unchanged_files_are_not_read_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from corpusforge import stages
+    from corpusforge import markers as stages
+    from corpusforge.core import storage
 
     books = [tmp_path / "a.txt", tmp_path / "b.txt"]
     for book in books:
         book.write_text(f"the text of {book.name}\n")
     first = stages.describe_inputs(books, [])
     read: list[Path] = []
-    monkeypatch.setattr(stages, "sha256_file", lambda path: read.append(path) or sha256_file(path))
+    sha256 = storage.sha256
+    monkeypatch.setattr(storage, "sha256", lambda path: read.append(Path(path)) or sha256(path))
     assert stages.describe_inputs(books, first) == first and read == []  # same size and mtime: the recorded sha256
     books[1].write_text("another text of b.txt\n")
     second = stages.describe_inputs(books, first)

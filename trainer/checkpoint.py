@@ -21,18 +21,16 @@ import logging
 import os
 import pickle
 import re
-import shutil
 import uuid
-from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load, load_file, save_file
 from tokenizers import Tokenizer
 from torch import nn
 
-from corpusforge.core.files import atomic_path, sha256_file
+from corpusforge.core import storage
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +51,8 @@ def unwrap(model: nn.Module) -> nn.Module:
             return model
 
 
-def checkpoint_dir(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"step-{step:08d}"
+def checkpoint_dir(run_dir: storage.PathLike, step: int) -> str:
+    return storage.join(run_dir, "checkpoints", f"step-{step:08d}")
 
 
 class CheckpointError(ValueError):
@@ -62,39 +60,42 @@ class CheckpointError(ValueError):
 
 
 def save_checkpoint(
-    directory: Path,
+    directory: storage.PathLike,
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     state: dict[str, Any],
-) -> Path:
-    """Write the checkpoint into a temporary directory and rename it into place, so a crash leaves no half checkpoint."""
-    directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
+) -> str:
+    """Write the checkpoint into a local temporary directory and publish it whole, so a crash leaves no half checkpoint.
+
+    Locally the directory is renamed into place; on an object store its files are uploaded under
+    their final names (an interrupted upload fails ``verify_checkpoint``, so it is never resumed from).
+    """
+    directory = os.fspath(directory)
     old = None
-    with atomic_path(directory) as tmp:
-        tmp.mkdir()
+    with storage.local_output(directory) as tmp:
+        storage.makedirs(tmp)
         weights = {name: t.detach().contiguous().cpu() for name, t in unwrap(model).state_dict().items()}
-        save_file(weights, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
-        torch.save(optimizer.state_dict(), tmp / OPTIMIZER_NAME)
-        files = {name: sha256_file(tmp / name) for name in (WEIGHTS_NAME, OPTIMIZER_NAME)}
+        save_file(weights, os.path.join(tmp, WEIGHTS_NAME), metadata={"format": "pt"})
+        torch.save(optimizer.state_dict(), os.path.join(tmp, OPTIMIZER_NAME))
+        files = {name: storage.sha256(os.path.join(tmp, name)) for name in (WEIGHTS_NAME, OPTIMIZER_NAME)}
         full_state = {**state, "scheduler": _json_safe(scheduler.state_dict()), "files": files}
-        (tmp / STATE_NAME).write_text(json.dumps(full_state, indent=2, default=str), encoding="utf-8")
-        if directory.exists():  # re-saving the same step: move the old one aside first (rename is atomic)
-            old = directory.with_name(f"{directory.name}.old-{uuid.uuid4().hex}")
-            os.replace(directory, old)
+        storage.write_text(os.path.join(tmp, STATE_NAME), json.dumps(full_state, indent=2, default=str))
+        if storage.is_local(directory) and storage.exists(directory):  # re-saving the same step: move the old one aside (atomic)
+            old = f"{directory}.old-{uuid.uuid4().hex}"
+            storage.rename(directory, old)
     if old is not None:
-        shutil.rmtree(old)
+        storage.remove_tree(old)
     return directory
 
 
-def prune_checkpoints(run_dir: Path, keep: int) -> list[Path]:
+def prune_checkpoints(run_dir: storage.PathLike, keep: int) -> list[str]:
     """Remove all but the newest ``keep`` step directories of ``run_dir`` (0 keeps all); returns the removed ones."""
     if keep <= 0:
         return []
     removed = step_dirs(run_dir)[:-keep]
     for directory in removed:
-        shutil.rmtree(directory)
+        storage.remove_tree(directory)
     return removed
 
 
@@ -103,35 +104,34 @@ def _json_safe(scheduler_state: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in scheduler_state.items() if k != "lr_lambdas"}
 
 
-def step_dirs(run_dir: Path) -> list[Path]:
+def step_dirs(run_dir: storage.PathLike) -> list[str]:
     """The run's checkpoint directories with a state.json, oldest first (never a half-written ``.tmp-`` one)."""
-    parent = Path(run_dir) / "checkpoints"
-    found = parent.iterdir() if parent.is_dir() else []
-    return sorted(c for c in found if STEP_DIR.fullmatch(c.name) and (c / STATE_NAME).is_file())
+    parent = storage.join(run_dir, "checkpoints")
+    found = [storage.join(parent, storage.name(path)) for path in storage.listdir(parent)]  # as the caller spelled the run
+    return [c for c in found if STEP_DIR.fullmatch(storage.name(c)) and storage.is_file(storage.join(c, STATE_NAME))]
 
 
-def verify_checkpoint(directory: Path) -> dict[str, Any]:
+def verify_checkpoint(directory: storage.PathLike) -> dict[str, Any]:
     """state.json, after checking every file it records against its sha256; raises CheckpointError naming the file."""
-    directory = Path(directory)
     state = read_state(directory)
     expected = state.get("files") or {WEIGHTS_NAME: None}  # checkpoints before checksums: presence only
     for name, digest in expected.items():
-        path = directory / name
-        if not path.is_file():
+        path = storage.join(directory, name)
+        if not storage.is_file(path):
             raise CheckpointError(f"{path}: missing from the checkpoint")
-        if digest is not None and sha256_file(path) != digest:
+        if digest is not None and storage.sha256(path) != digest:
             raise CheckpointError(f"{path}: sha256 differs from the one recorded in {STATE_NAME} (damaged file)")
     return state
 
 
-def resolve_checkpoint(path: Path) -> Path:
+def resolve_checkpoint(path: storage.PathLike) -> str:
     """A checkpoint directory itself (verified), or a run directory's newest intact checkpoint.
 
     A damaged checkpoint named directly is an error; in a run directory it is skipped with a warning
     that names the damaged file, and the next older one is tried.
     """
-    path = Path(path)
-    if (path / STATE_NAME).is_file():
+    path = os.fspath(path)
+    if storage.is_file(storage.join(path, STATE_NAME)):
         verify_checkpoint(path)
         return path
     candidates = step_dirs(path)
@@ -146,20 +146,25 @@ def resolve_checkpoint(path: Path) -> Path:
     raise CheckpointError(f"{path}: none of its {len(candidates)} checkpoints is intact")
 
 
-def read_state(directory: Path) -> dict[str, Any]:
-    path = Path(directory) / STATE_NAME
+def read_state(directory: storage.PathLike) -> dict[str, Any]:
+    path = storage.join(directory, STATE_NAME)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(storage.read_text(path))
     except FileNotFoundError:
         raise
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError(f"{path}: unreadable ({error})") from None
 
 
-def load_weights(directory: Path, model: nn.Module) -> None:
-    path = Path(directory) / WEIGHTS_NAME
+def read_weights(path: storage.PathLike) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors: memory-mapped locally, read whole from a URI."""
+    return load_file(storage.resolve(path)) if storage.is_local(path) else load(storage.read_bytes(path))
+
+
+def load_weights(directory: storage.PathLike, model: nn.Module) -> None:
+    path = storage.join(directory, WEIGHTS_NAME)
     try:
-        weights = load_file(str(path))
+        weights = read_weights(path)
     except (OSError, SafetensorError) as error:
         raise CheckpointError(f"{path}: unreadable ({error})") from None
     unwrap(model).load_state_dict(weights, strict=True)
@@ -167,16 +172,16 @@ def load_weights(directory: Path, model: nn.Module) -> None:
 
 def run_tokenizer(vocab: dict[str, Any]) -> Tokenizer:
     """The training shards' tokenizer, from the vocab entry a checkpoint records (a folder or a tokenizer.json)."""
-    path = Path(vocab["path"])
-    if path.is_dir():
-        path = path / "tokenizer.json"
-    if not path.is_file():
+    path = vocab["path"]
+    if storage.is_dir(path):
+        path = storage.join(path, "tokenizer.json")
+    if not storage.is_file(path):
         raise FileNotFoundError(f"{path}: tokenizer file of the training shards not found")
-    return Tokenizer.from_file(str(path))
+    return Tokenizer.from_str(storage.read_text(path))
 
 
 def load_checkpoint(
-    directory: Path,
+    directory: storage.PathLike,
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
@@ -185,9 +190,10 @@ def load_checkpoint(
     """Restore weights, optimizer and scheduler in place; returns state.json for the rest."""
     state = read_state(directory)
     load_weights(directory, model)
-    path = Path(directory) / OPTIMIZER_NAME
+    path = storage.join(directory, OPTIMIZER_NAME)
     try:
-        optimizer.load_state_dict(torch.load(path, map_location=device, weights_only=True))
+        with storage.open_file(path, "rb") as handle:
+            optimizer.load_state_dict(torch.load(handle, map_location=device, weights_only=True))
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as error:
         raise CheckpointError(f"{path}: unreadable ({error})") from None
     scheduler.load_state_dict({**scheduler.state_dict(), **state["scheduler"]})

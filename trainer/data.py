@@ -62,13 +62,13 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from corpusforge.core import storage
 from corpusforge.shards.reader import Manifest, chunk_views, open_shard, read_manifest
 
 Batch = dict[str, torch.Tensor]
@@ -146,7 +146,7 @@ class ShardStream(IterableDataset):
 
     def __init__(
         self,
-        shard_dir: Path,
+        shard_dir: storage.PathLike,
         batch_size: int,
         *,
         rank: int = 0,
@@ -160,7 +160,7 @@ class ShardStream(IterableDataset):
     ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world of size {world_size}")
-        self.manifest = read_manifest(Path(shard_dir))
+        self.manifest = read_manifest(shard_dir)
         self.task = self.manifest.task
         self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
         self.seed, self.shuffle, self.block_size, self.epochs = seed, shuffle, block_size, epochs

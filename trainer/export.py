@@ -13,15 +13,14 @@ so nothing the export did not write is ever deleted.
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
+import os
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from transformers import BertConfig, GPT2Config
 
-from corpusforge.core.files import atomic_path, sha256_file, write_json_atomic
-from corpusforge.trainer.checkpoint import WEIGHTS_NAME, read_state, resolve_checkpoint, run_tokenizer
+from corpusforge.core import storage
+from corpusforge.trainer.checkpoint import WEIGHTS_NAME, read_state, read_weights, resolve_checkpoint, run_tokenizer
 from corpusforge.trainer.models import ModelConfig
 
 BERT_TOKENS = {"pad": "pad_token", "unk": "unk_token", "cls": "cls_token", "sep": "sep_token", "mask": "mask_token"}
@@ -115,7 +114,7 @@ def hf_config(cfg: ModelConfig, special_ids: dict[str, int]) -> BertConfig | GPT
     )
 
 
-def save_tokenizer(vocab: dict, family: str, out_dir: Path, max_length: int) -> None:
+def save_tokenizer(vocab: dict, family: str, out_dir: storage.PathLike, max_length: int) -> None:
     """The shards' tokenizer.json with a tokenizer_config.json that every transformers version reads.
 
     The class is named explicitly (BertTokenizerFast / GPT2TokenizerFast: transformers 4.x resolves them,
@@ -124,8 +123,7 @@ def save_tokenizer(vocab: dict, family: str, out_dir: Path, max_length: int) -> 
     has no padding token of its own, so <|endoftext|> pads (the usual choice, and what our shards pad with).
     """
     tokenizer = run_tokenizer(vocab)
-    path = Path(vocab["path"])
-    path = path / "tokenizer.json" if path.is_dir() else path
+    folder = vocab["path"] if storage.is_dir(vocab["path"]) else storage.parent(vocab["path"])
     special = vocab["special_ids"]
     if family == "bert":
         names = {BERT_TOKENS[k]: tokenizer.id_to_token(i) for k, i in special.items() if k in BERT_TOKENS}
@@ -139,71 +137,67 @@ def save_tokenizer(vocab: dict, family: str, out_dir: Path, max_length: int) -> 
         eot = tokenizer.id_to_token(special["eot"])
         names = {"bos_token": eot, "eos_token": eot, "unk_token": eot, "pad_token": eot}
         settings = {"tokenizer_class": "GPT2TokenizerFast", "add_prefix_space": False}
-    tokenizer.save(str(out_dir / "tokenizer.json"))
+    storage.write_text(storage.join(out_dir, "tokenizer.json"), tokenizer.to_str(pretty=True))  # what Tokenizer.save writes
     config = {**settings, **names, "model_max_length": max_length, "clean_up_tokenization_spaces": False}
-    write_json_atomic(config, out_dir / "tokenizer_config.json")
-    write_json_atomic(names, out_dir / "special_tokens_map.json")
+    storage.write_json(storage.join(out_dir, "tokenizer_config.json"), config)
+    storage.write_json(storage.join(out_dir, "special_tokens_map.json"), names)
     for name in ("vocab.txt", "vocab.json", "merges.txt"):  # the slow tokenizers' files, when the vocab has them
-        if (path.parent / name).is_file():
-            shutil.copyfile(path.parent / name, out_dir / name)
+        if storage.is_file(storage.join(folder, name)):
+            storage.write_bytes(storage.join(out_dir, name), storage.read_bytes(storage.join(folder, name)))
 
 
 EXPORT_RECORD = "export.json"
 
 
-def check_target(out_dir: Path, force: bool) -> list[Path]:
+def check_target(out_dir: str, force: bool) -> list[str]:
     """What an export into ``out_dir`` may replace: nothing, or (with ``force``) the files a previous export wrote.
 
     Raises ValueError, naming a file, for a folder that is neither empty nor a previous export, or
     that holds files the previous export did not write.
     """
-    if not out_dir.exists():
-        return []
-    if not out_dir.is_dir():
+    if storage.is_file(out_dir):
         raise ValueError(f"{out_dir}: exists and is not a folder")
-    present = sorted(p.name for p in out_dir.iterdir())
+    present = [storage.name(p) for p in storage.listdir(out_dir)]
     if not present:
         return []
-    record = out_dir / EXPORT_RECORD
-    if not record.is_file():
+    record = storage.join(out_dir, EXPORT_RECORD)
+    if not storage.is_file(record):
         raise ValueError(f"{out_dir}: not empty and not a previous export (holds {present[0]}); choose an empty or new folder")
     if not force:
         raise ValueError(f"{out_dir}: holds a previous export; pass --force to replace it")
-    written = set(read_json(record)["files"]) | {EXPORT_RECORD}
+    written = set(storage.read_json(record)["files"]) | {EXPORT_RECORD}
     foreign = [name for name in present if name not in written]
     if foreign:
-        raise ValueError(f"{out_dir / foreign[0]}: not written by the previous export; it is left alone, so the export is refused")
-    return [out_dir / name for name in present]
+        raise ValueError(f"{storage.join(out_dir, foreign[0])}: not written by the previous export; it is left alone, so the export is refused")
+    return [storage.join(out_dir, name) for name in present]
 
 
-def read_json(path: Path) -> dict:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+def export_hf(checkpoint: storage.PathLike, out_dir: storage.PathLike, force: bool = False) -> str:
+    """Write ``out_dir`` (config.json, model.safetensors, tokenizer files, export.json) whole or not at all.
 
-
-def export_hf(checkpoint: Path, out_dir: Path, force: bool = False) -> Path:
-    """Write ``out_dir`` (config.json, model.safetensors, tokenizer files, export.json) whole or not at all."""
-    out_dir = Path(out_dir)
+    transformers and safetensors write by path, so the export is assembled in a local temporary folder
+    (``storage.local_output``), renamed into place locally and uploaded to a URI.
+    """
+    out_dir = os.fspath(out_dir)
     replaced = check_target(out_dir, force)
     ckpt = resolve_checkpoint(checkpoint)
     state = read_state(ckpt)
     cfg = ModelConfig(**state["model_config"])
     if cfg.pre_ln:
         raise ValueError(f"{ckpt}: a pre-LN BERT has no transformers counterpart; train with pre_ln=false to export")
-    weights = load_file(str(ckpt / WEIGHTS_NAME))
+    weights = read_weights(storage.join(ckpt, WEIGHTS_NAME))
     tensors = bert_to_hf(weights, cfg) if cfg.family == "bert" else gpt_to_hf(weights, cfg)
     tensors = {name: t.contiguous().clone() for name, t in tensors.items()}
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out_dir) as tmp:
-        tmp.mkdir()
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        hf_config(cfg, state["vocab"]["special_ids"]).save_pretrained(str(tmp))
+    with storage.local_output(out_dir) as tmp:
+        storage.makedirs(tmp)
+        save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+        hf_config(cfg, state["vocab"]["special_ids"]).save_pretrained(tmp)
         save_tokenizer(state["vocab"], cfg.family, tmp, cfg.max_positions)
-        files = sorted(p.name for p in tmp.iterdir())
-        checkpoint_id = {"path": str(ckpt.resolve()), "step": state.get("step"), "sha256": sha256_file(ckpt / WEIGHTS_NAME)}
-        write_json_atomic({"files": files, "checkpoint": checkpoint_id}, tmp / EXPORT_RECORD)
-        for path in replaced:  # only a previous export's own files (check_target), then its emptied folder
-            path.unlink()
-        if out_dir.exists():
-            out_dir.rmdir()
+        files = [storage.name(p) for p in storage.listdir(tmp)]
+        weights_sha256 = storage.sha256(storage.join(ckpt, WEIGHTS_NAME))
+        checkpoint_id = {"path": storage.resolve(ckpt), "step": state.get("step"), "sha256": weights_sha256}
+        storage.write_json(os.path.join(tmp, EXPORT_RECORD), {"files": files, "checkpoint": checkpoint_id})
+        for path in replaced:  # only a previous export's own files (check_target); a rename replaces the emptied folder
+            storage.remove(path)
     return out_dir

@@ -10,10 +10,10 @@ not the weights: the baseline that shows what pre-training bought.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +24,7 @@ from torch import nn
 from tqdm import tqdm
 
 from corpusforge.core.config import FinetuneConfig
-from corpusforge.core.files import atomic_path, atomic_write_bytes, sha256_file, write_json_atomic
+from corpusforge.core import storage
 from corpusforge.trainer.checkpoint import WEIGHTS_NAME, load_weights, read_state, resolve_checkpoint, run_tokenizer
 from corpusforge.trainer.device import autocast, pick_device
 from corpusforge.trainer.glue import Example, encode, get_task, load_task, score, subset
@@ -51,7 +51,7 @@ class Classifier(nn.Module):
         return self.head(self.dropout(pooled))
 
 
-def load_encoder(checkpoint: Path, cfg: FinetuneConfig) -> tuple[Bert, dict[str, Any], dict[str, Any]]:
+def load_encoder(checkpoint: storage.PathLike, cfg: FinetuneConfig) -> tuple[Bert, dict[str, Any], dict[str, Any]]:
     """(encoder, its checkpoint's state.json, the checkpoint's identity) — pre-trained unless ``cfg.random_init``."""
     ckpt = resolve_checkpoint(checkpoint)
     state = read_state(ckpt)
@@ -63,17 +63,20 @@ def load_encoder(checkpoint: Path, cfg: FinetuneConfig) -> tuple[Bert, dict[str,
     if not cfg.random_init:
         load_weights(ckpt, encoder)
     identity = {
-        "path": str(ckpt.resolve()),
+        "path": storage.resolve(ckpt),
         "step": state.get("step"),
         "model": state.get("train_config", {}).get("model"),
-        "weights_sha256": sha256_file(ckpt / WEIGHTS_NAME),
+        "weights_sha256": storage.sha256(storage.join(ckpt, WEIGHTS_NAME)),
         "vocab_sha256": state["vocab"].get("sha256"),
     }
     return encoder, state, identity
 
 
 def finetune(
-    checkpoint: Path, glue_dir: Path, out_dir: Path, cfg: FinetuneConfig, *, device: str | None = None, progress: bool = True
+    checkpoint: storage.PathLike,
+    glue_dir: storage.PathLike,
+    out_dir: storage.PathLike,
+    cfg: FinetuneConfig, *, device: str | None = None, progress: bool = True
 ) -> dict[str, Any]:
     """Train the classifier, score dev after every epoch; writes OUT/results.json, dev_predictions.txt, dev_curve.png."""
     task = get_task(cfg.task)
@@ -114,17 +117,19 @@ def finetune(
         "dev_examples": len(dev_examples),
         "settings": {**cfg.model_dump(mode="json"), "steps": total, "warmup_steps": r.warmup_steps},
         "checkpoint": identity,
-        "glue_dir": str(Path(glue_dir).resolve()),
+        "glue_dir": storage.resolve(glue_dir),
         "device": str(dev),
         "seconds": round(time.perf_counter() - started, 1),
     }
-    out_dir = Path(out_dir)
-    write_json_atomic(results, out_dir / "results.json")
-    atomic_write_bytes(
-        out_dir / "dev_predictions.txt", "".join(f"{p}\n" for p in predictions).encode()
+    storage.write_json(storage.join(out_dir, "results.json"), results)
+    storage.write_bytes(
+        storage.join(out_dir, "dev_predictions.txt"), "".join(f"{p}\n" for p in predictions).encode()
     )  # the last epoch's, in dev-file order
     plot_dev(
-        epochs, task.metric, f"{task.name} dev {task.metric}" + (" (random init)" if cfg.random_init else ""), out_dir / "dev_curve.png"
+        epochs,
+        task.metric,
+        f"{task.name} dev {task.metric}" + (" (random init)" if cfg.random_init else ""),
+        storage.join(out_dir, "dev_curve.png"),
     )
     return results
 
@@ -188,7 +193,7 @@ def predict(model: Classifier, examples: list[Example], batcher: Batcher) -> lis
     return predictions
 
 
-def plot_dev(epochs: list[dict[str, Any]], metric: str, title: str, png_path: Path) -> Path:
+def plot_dev(epochs: list[dict[str, Any]], metric: str, title: str, png_path: storage.PathLike) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -199,7 +204,7 @@ def plot_dev(epochs: list[dict[str, Any]], metric: str, title: str, png_path: Pa
     ax.set(xlabel="epoch", ylabel=f"dev {metric}", title=title)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    with atomic_path(png_path, suffix=".png") as tmp:
+    with storage.local_output(png_path, suffix=".png") as tmp:
         fig.savefig(tmp, dpi=100)
     plt.close(fig)
-    return png_path
+    return os.fspath(png_path)

@@ -8,16 +8,15 @@ sampling stops early at the end-of-text token.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
+from corpusforge.core import storage
 from corpusforge.trainer.checkpoint import load_weights, read_state, resolve_checkpoint, run_tokenizer
 from corpusforge.trainer.device import autocast, pick_device
 from corpusforge.trainer.models import GPT, ModelConfig
 
 
-def load_gpt(checkpoint: Path, device: torch.device) -> tuple[GPT, dict]:
+def load_gpt(checkpoint: storage.PathLike, device: torch.device) -> tuple[GPT, dict]:
     ckpt = resolve_checkpoint(checkpoint)
     state = read_state(ckpt)
     cfg = ModelConfig(**state["model_config"])
@@ -62,7 +61,7 @@ def sample(
 
 
 def generate(
-    checkpoint: Path,
+    checkpoint: storage.PathLike,
     prompt: str,
     max_new_tokens: int,
     *,

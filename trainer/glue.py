@@ -15,11 +15,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 from tokenizers import Tokenizer
+
+from corpusforge.core import storage
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,9 @@ def get_task(name: str) -> Task:
     return TASKS[name]
 
 
-def read_tsv(path: Path, task: Task) -> list[Example]:
+def read_tsv(path: storage.PathLike, task: Task) -> list[Example]:
     """One file of ``task``; a malformed row fails naming the file and line."""
-    lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
+    lines = storage.read_bytes(path).decode("utf-8-sig").splitlines()
     a_col, b_col, label_col = task.columns
     examples = []
     for number, line in enumerate(lines[1:] if task.header else lines, start=2 if task.header else 1):
@@ -72,19 +73,18 @@ def read_tsv(path: Path, task: Task) -> list[Example]:
     return examples
 
 
-def task_files(glue_dir: Path, task: Task) -> tuple[list[Path], Path]:
+def task_files(glue_dir: storage.PathLike, task: Task) -> tuple[list[str], str]:
     """(train files, dev file) of ``task`` under ``glue_dir`` (the folder holding SST-2/, CoLA/, MRPC/, or the task folder itself)."""
-    glue_dir = Path(glue_dir)
-    folder = glue_dir if glue_dir.name == task.folder else glue_dir / task.folder
-    first, dev = folder / task.train_files[0], folder / "dev.tsv"
+    folder = glue_dir if storage.name(glue_dir) == task.folder else storage.join(glue_dir, task.folder)
+    first, dev = storage.join(folder, task.train_files[0]), storage.join(folder, "dev.tsv")
     for needed in (first, dev):
-        if not needed.is_file():
+        if not storage.is_file(needed):
             raise FileNotFoundError(f"{needed}: GLUE {task.folder} file not found (--glue-dir is the folder holding {task.folder}/)")
-    extras = [folder / name for name in task.train_files[1:] if (folder / name).is_file()]
+    extras = [storage.join(folder, name) for name in task.train_files[1:] if storage.is_file(storage.join(folder, name))]
     return [first, *extras], dev
 
 
-def load_task(glue_dir: Path, task: Task) -> tuple[list[Example], list[Example]]:
+def load_task(glue_dir: storage.PathLike, task: Task) -> tuple[list[Example], list[Example]]:
     train_files, dev_file = task_files(glue_dir, task)
     return [e for path in train_files for e in read_tsv(path, task)], read_tsv(dev_file, task)
 

@@ -8,12 +8,12 @@ the MLM decoder, which only runs on the masked positions.
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import os
 from typing import Any
 
 import torch
 
-from corpusforge.core.files import atomic_path
+from corpusforge.core import storage
 
 # Dense bf16 peak, TFLOP/s, by substring of torch.cuda.get_device_name().
 PEAK_BF16_TFLOPS: dict[str, float] = {"H200": 989.0, "H100": 989.0, "A100": 312.0}
@@ -52,22 +52,25 @@ def gpt_counts(out: dict[str, torch.Tensor], targets: torch.Tensor) -> torch.Ten
 
 
 class MetricsLog:
-    """One record per log interval to ``metrics.jsonl`` and TensorBoard (rank 0 only)."""
+    """One record per log interval to ``metrics.jsonl`` and TensorBoard (rank 0 only).
 
-    def __init__(self, run_dir: Path, enabled: bool = True) -> None:
+    TensorBoard writes its event files itself, by path (its own file layer reads ``s3://`` and ``gs://``).
+    """
+
+    def __init__(self, run_dir: storage.PathLike, enabled: bool = True) -> None:
         self.enabled = enabled
-        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path = storage.join(run_dir, "metrics.jsonl")
         self.writer = None
         if enabled:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.writer = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
+            storage.makedirs(run_dir)
+            self.writer = SummaryWriter(log_dir=storage.join(run_dir, "tensorboard"))
 
     def log(self, step: int, record: dict[str, Any], prefix: str = "train") -> None:
         if not self.enabled:
             return
-        with open(self.path, "a", encoding="utf-8") as handle:
+        with storage.open_file(self.path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps({"step": step, "split": prefix, **record}) + "\n")
         for key, value in record.items():
             if isinstance(value, (int, float)):
@@ -78,13 +81,13 @@ class MetricsLog:
             self.writer.close()
 
 
-def read_log(path: Path) -> list[dict[str, Any]]:
-    if not Path(path).is_file():
+def read_log(path: storage.PathLike) -> list[dict[str, Any]]:
+    if not storage.is_file(path):
         return []
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [json.loads(line) for line in storage.read_text(path).splitlines() if line.strip()]
 
 
-def plot_curves(metrics_path: Path, png_path: Path) -> Path:
+def plot_curves(metrics_path: storage.PathLike, png_path: storage.PathLike) -> str:
     """Loss, accuracy and learning rate against step from the JSON-lines log: training lines, held-out points."""
     import matplotlib
 
@@ -114,7 +117,7 @@ def plot_curves(metrics_path: Path, png_path: Path) -> Path:
         if ax.get_lines():
             ax.legend()
     fig.tight_layout()
-    with atomic_path(Path(png_path), suffix=".png") as tmp:  # savefig picks the format from the suffix
+    with storage.local_output(png_path, suffix=".png") as tmp:  # savefig picks the format from the suffix
         fig.savefig(tmp, dpi=100)
     plt.close(fig)
-    return Path(png_path)
+    return os.fspath(png_path)
