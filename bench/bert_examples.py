@@ -11,7 +11,7 @@ two corpus sizes, side by side, as a ratio. Peak memory is bounded by the sort b
 sizes (``ShardsConfig``), not by the corpus; the defaults (64 MB, 256 MB) exceed what 25 books
 make (~54 MB of examples), so the memory runs scale both down (``--bound-mb``) to be in the regime
 of a real corpus, where every bucket and shard is full. Books are split into sentences once, into
-a Parquet file, and streamed from there to the stage and the reference, so no run holds the corpus. The ratio can exceed 1: ``pipeline.sentence_tokens`` gets the same ids while
+a Parquet file, and streamed from there to the stage and the reference, so no run holds the corpus. The ratio can exceed 1: ``encoding.sentence_tokens`` gets the same ids while
 skipping the normalizer for plain text and tokenizing each distinct word once. The reference
 ``create_pretraining_data.py`` does about 0.22 MB/s on this machine class (quoted, needs TensorFlow).
 """
@@ -35,18 +35,20 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
+from shard_factory import write_bert_shards_from_sentences  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 from tokenizers.implementations import BertWordPieceTokenizer  # noqa: E402
 
 from corpusforge.core.config import BertConfig, ShardsConfig  # noqa: E402
 from corpusforge.corpora.gutenberg import strip_gutenberg  # noqa: E402
 from corpusforge.corpora.sentences import split_sentences  # noqa: E402
-from corpusforge.pipeline.examples_stage import TOKENIZE_BATCH_CHARS, write_bert_shards_from_sentences  # noqa: E402
+from corpusforge.pipeline.examples_stage import TOKENIZE_BATCH_CHARS  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED = ROOT.parent / "shared" / "data"
 
 
 def write_sentences(books: int, path: Path) -> tuple[int, float]:

@@ -31,9 +31,7 @@ _PARAGRAPH_BREAK = re.compile(r"\n[ \t\f\v]*\n")
 _BLOCK_TAGS = ("p", "div", "h1", "h2", "h3", "h4", "h5", "h6", "li", "blockquote", "pre", "dd", "dt", "td", "th", "figcaption")
 
 
-def list_book_files(
-    root: storage.PathLike, extensions: Sequence[str] = (".txt", ".epub"), counts: Counter[str] | None = None
-) -> list[str]:
+def list_book_files(root: storage.PathLike, extensions: Sequence[str] = (".txt", ".epub"), counts: Counter[str] | None = None) -> list[str]:
     """Every book file under ``root`` (or ``root`` itself if it is a file), sorted by relative path and
     spelled from ``root`` as given (``read_book`` keys a book by its path below it); each file listed
     counts one into ``counts["inputs"]`` (a book is one input)."""

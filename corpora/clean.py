@@ -99,38 +99,44 @@ def dedup_key(text: str) -> str:
 
 
 # One single-character matcher of a regular expression: a class, a character escape (not \A \b \B \Z,
-# a group reference or an octal escape) or a plain character (no group, quantifier or anchor).
-_ATOM = re.compile(r"\[\^?\]?(?:\\.|[^\]\\])*\]|\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|N\{[^}]*\}|[^bBAZ0-9])|[^()*+?{}^$|\\[]")
+# a group reference or an octal escape) or a plain character (not a group, quantifier or anchor).
+_ATOM = re.compile(
+    r"\[\^?\]?(?:\\.|[^\]\\])*\]|\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|N\{[^}]*\}|[^bBAZ0-9])|[^()*+?{}^$|\\[]"
+)
 
 
 def _badness_width() -> int | None:
     """The longest match of ftfy's badness pattern if every alternative needs a non-ASCII character, else None.
 
-    The pattern is read as alternatives of single-character atoms (any other construct: None), and
-    whether an atom can match an ASCII character is asked of ``re`` itself, atom by atom.
+    The pattern is read as alternatives of single-character atoms (any construct beyond those, ``?``
+    and the anchors ``^ $``: None), and whether an atom can match an ASCII character is asked of
+    ``re`` itself, atom by atom.
     """
     pattern = ftfy.badness.BADNESS_RE
     branches = _alternatives(pattern.pattern, verbose=bool(pattern.flags & re.VERBOSE))
-    if not branches or not all(any(_matches_no_ascii(atom, pattern.flags) for atom in branch) for branch in branches):
+    if not branches or not all(any(not optional and _matches_no_ascii(atom, pattern.flags) for atom, optional in b) for b in branches):
         return None
     return max(map(len, branches))
 
 
-def _alternatives(pattern: str, verbose: bool) -> list[list[str]] | None:
-    """The top-level alternatives of ``pattern`` as lists of single-character atoms, or None."""
-    branches: list[list[str]] = [[]]
+def _alternatives(pattern: str, verbose: bool) -> list[list[tuple[str, bool]]] | None:
+    """The top-level alternatives of ``pattern``, each a list of (single-character atom, optional), or None."""
+    branches: list[list[tuple[str, bool]]] = [[]]
     position = 0
     while position < len(pattern):
         char = pattern[position]
-        if verbose and char.isspace():
-            position += 1
-        elif verbose and char == "#":  # a comment runs to the end of the line
-            position = pattern.find("\n", position) % (len(pattern) + 1) + 1 if "\n" in pattern[position:] else len(pattern)
+        position += 1
+        if char in "^$" or verbose and char.isspace():
+            continue
+        if verbose and char == "#":  # a comment runs to the end of the line
+            end = pattern.find("\n", position)
+            position = len(pattern) if end < 0 else end + 1
         elif char == "|":
             branches.append([])
-            position += 1
-        elif atom := _ATOM.match(pattern, position):
-            branches[-1].append(atom.group())
+        elif char == "?" and branches[-1] and not branches[-1][-1][1]:
+            branches[-1][-1] = (branches[-1][-1][0], True)
+        elif atom := _ATOM.match(pattern, position - 1):
+            branches[-1].append((atom.group(), False))
             position = atom.end()
         else:
             return None

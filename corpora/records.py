@@ -5,7 +5,7 @@ folder written by HF ``datasets``' ``save_to_disk``.
 files in sorted path order) into tasks read in parallel: one per JSON lines file (``.jsonl``,
 ``.json``, ``.ndjson``, each also ``.gz`` or ``.zst``), one per Parquet row group, one per Arrow
 file of a ``save_to_disk`` folder (recognised by its ``state.json`` / ``dataset_info.json``, its
-``data-*.arrow`` stream files read in the order ``state.json`` lists them). ``RecordsReader`` reads
+``data-*.arrow`` stream files read in the order ``state.json`` lists them). ``RecordReader`` reads
 one task. The text is kept exactly as given: cleaning is a later stage.
 
 Ids are ``make_id("records", key)``. With ``id_field`` set the key is that field's value (a string
@@ -93,8 +93,16 @@ def _entry_name(path: str) -> str:
     return found
 
 
-def _entry_tasks(path: str, entry: str) -> list[RecordTask]:
-    """Tasks of one entry, numbered on from the record counts of the files before each."""
+def record_files(cfg: RecordsConfig) -> list[str]:
+    """Every file the records are read from, with the ``state.json`` that orders a dataset's files
+    (what the stage's fingerprint records); the same one-line errors as ``record_tasks``."""
+    listed = [item for path in cfg.paths for item in _listed(path)[1]]
+    states = {storage.join(storage.parent(file), "state.json") for kind, file in listed if kind == "arrow"}
+    return [file for _, file in listed] + sorted(states)
+
+
+def _listed(path: str) -> tuple[str, list[tuple[Kind, str]]]:
+    """(the entry's resolved root, its records files), or a one-line ValueError naming ``path``."""
     root = storage.resolve(path)
     if not storage.exists(root):
         raise ValueError(f"records path does not exist: {path}")
@@ -103,6 +111,12 @@ def _entry_tasks(path: str, entry: str) -> list[RecordTask]:
         raise ValueError(
             f"no records files in {path}: expected .jsonl/.json/.ndjson (optionally .gz or .zst), .parquet, or a datasets save_to_disk folder"
         )
+    return root, files
+
+
+def _entry_tasks(path: str, entry: str) -> list[RecordTask]:
+    """Tasks of one entry, numbered on from the record counts of the files before each."""
+    root, files = _listed(path)
     tasks: list[RecordTask] = []
     first = 0
     for index, (kind, file) in enumerate(files):
@@ -186,7 +200,7 @@ def _count(path: str, kind: Kind) -> int:
     return total
 
 
-class RecordsReader:
+class RecordReader:
     """Picklable reader of one ``RecordTask``: ``(task, counts) -> records``, as the documents job calls it."""
 
     def __init__(self, cfg: RecordsConfig) -> None:
@@ -198,7 +212,7 @@ class RecordsReader:
         try:
             for where, row in self._rows(task):
                 count_input(counts)
-                yield self._record(row, f"{task.entry}:{position}", where, task.file)
+                yield self._record(row, f"{task.entry}:{position}", where, task.entry)
                 position += 1
         except CORRUPTION as error:
             count_input(counts)
@@ -219,7 +233,9 @@ class RecordsReader:
                 yield f"{task.file}#{row}", fields
                 row += 1
 
-    def _record(self, row: dict | str, position: str, where: str, file: str) -> Document | Reject:
+    def _record(self, row: dict | str, position: str, where: str, entry: str) -> Document | Reject:
+        """A document's ``meta.file`` is its entry's name, the same in every format, so the same records give
+        byte-identical documents from JSON lines, Parquet or a datasets folder; a reject's key says where it was."""
         if isinstance(row, str):
             return Reject(make_id(SOURCE, position), SOURCE, "not_json", row, where)
         key = position if self.id_field is None else _id_key(row.get(self.id_field))
@@ -232,7 +248,7 @@ class RecordsReader:
         if not text.strip():
             return Reject(doc_id, SOURCE, "empty", "text is only white space", where)
         title = row.get(self.title_field) if self.title_field else ""
-        return Document(id=doc_id, source=SOURCE, title=title if isinstance(title, str) else "", text=text, meta={"file": file})
+        return Document(id=doc_id, source=SOURCE, title=title if isinstance(title, str) else "", text=text, meta={"file": entry})
 
 
 def _id_key(value: object) -> str | None:

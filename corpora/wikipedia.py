@@ -69,7 +69,8 @@ MIN_RANGES = 32  # byte ranges a multistream dump is read in at least (when it h
 
 
 def plan_ranges(
-    path: storage.PathLike, index_path: storage.PathLike | None = None, streams_per_range: int = 100, min_ranges: int = MIN_RANGES) -> list[DumpRange]:
+    path: storage.PathLike, index_path: storage.PathLike | None = None, streams_per_range: int = 100, min_ranges: int = MIN_RANGES
+) -> list[DumpRange]:
     """Byte ranges that together cover a dump; many only for a multistream dump with its index.
 
     A range is ``streams_per_range`` streams, or fewer when that would give under ``min_ranges``

@@ -391,7 +391,7 @@ def check_stage_names(cfg: Config) -> None:
 def requested_stages(cfg: Config) -> list[Stage]:
     """The stages ``run.stages`` asks for, in pipeline order: documents whenever a source is listed."""
     check_stage_names(cfg)
-    asked = set(cfg.run.stages)
+    asked = set(cfg.run.stages) - {DOCUMENTS.name}
     if asked & {source.name for source in SOURCES}:
         asked.add(DOCUMENTS.name)
     return [stage for stage in STAGES if stage.name in asked]

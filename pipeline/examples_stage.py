@@ -1,9 +1,9 @@
 """Beam stages that turn documents into globally shuffled BERT / GPT shards.
 
-BERT: documents -> sentences -> token ids (``pipeline.sentence_tokens`` over ~1 MB of text at a
+BERT: documents -> sentences -> token ids (``encoding.sentence_tokens`` over ~1 MB of text at a
 time, once per document, before the dupe fan-out, written to a spill file; only (id, file, row)
 references travel on) -> for each dupe index ``d`` a random partner bucket
-(``pipeline.bert_examples`` explains why this draws random-next segments from the whole corpus)
+(``encoding.bert_examples`` explains why this draws random-next segments from the whole corpus)
 -> GroupByKey -> examples of a bucket as numpy columns.
 GPT: documents -> token ids (spilled likewise) -> hash bucket -> GroupByKey -> windows of one token stream per bucket.
 
@@ -17,21 +17,19 @@ in-memory DirectRunner would buffer whole, nor through the launcher, so peak mem
 partner bucket, sort bucket and shard sizes (``BertConfig``, ``ShardsConfig``), not by the corpus.
 
 Elements are whole documents and buckets, never single examples, so Beam overhead stays small. All randomness is keyed by stable ids, so DirectRunner (any mode, any worker count)
-and DaskRunner write byte-identical shards. Workers must share the filesystem of ``out_dir``.
+and DaskRunner write byte-identical shards. Every folder is a storage path (``corpusforge.core.storage``):
+the spill folder inside ``out_dir`` must be one every worker reaches (a shared local folder or a URI).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
-import tempfile
+import os
 import uuid
-from collections import Counter, defaultdict
+from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 import apache_beam as beam
@@ -40,22 +38,25 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from corpusforge.core import storage
 from corpusforge.core.config import BertConfig, GptConfig, ShardsConfig
 from corpusforge.core.hashing import mix64, stable_hash
 from corpusforge.encoding.bert_examples import MaskingVocab, TokenizedDocument, create_bucket_examples, tokenize_documents
 from corpusforge.encoding.gpt_examples import cut_windows
 from corpusforge.encoding.sentence_tokens import SentenceEncoder
 from corpusforge.encoding.vocab import EOT, load_tokenizer, vocab_manifest
+from corpusforge.pipeline.counters import COUNTERS, merge_counters, only, write_counters
 from corpusforge.shards.format import MANIFEST_NAME, bert_schema, gpt_schema, id_type, shard_manifest
 from corpusforge.shards.writer import row_bytes, spill_pieces, write_ipc, write_spilled_shards
 
-# Multi-output steps emit (kind, value) pairs split by ``_only``: the DaskRunner mixes tagged outputs
+# Multi-output steps emit (kind, value) pairs split by ``only``: the DaskRunner mixes tagged outputs
 # and drops what ``finish_bundle`` emits, so neither is used here.
-DOC, COUNTERS = "doc", "counters"
+DOC = "doc"
 TOKENIZE_BATCH_CHARS = 1_000_000  # text per encode_batch_fast call
 READ_ROWS = 256  # Parquet rows decoded into Python at a time
 DocRef = tuple[str, str, int]  # (doc id, spill file name, row): what travels through the document shuffles
 DOCS_DIR, EXAMPLES_DIR = "docs", "examples"  # spill folders inside the run's temporary folder
+COUNTERS_FILE = "counters.json"  # {stream: {name: count}} in the run's temporary folder
 
 
 def example_keys(bases: Sequence[int], owner: np.ndarray) -> np.ndarray:
@@ -74,7 +75,7 @@ def sort_bucket_count(estimated_examples: float, bytes_per_example: int, shards:
     return max(1, math.ceil(estimated_examples * bytes_per_example / shards.sort_bucket_bytes))
 
 
-def corpus_size(paths: Sequence[Path], text_column: str) -> tuple[int, int]:
+def corpus_size(paths: Sequence[storage.PathLike], text_column: str) -> tuple[int, int]:
     """(rows, uncompressed text bytes) from the Parquet footers alone.
 
     Bucket counts come from here, in the launching process, rather than from Beam side inputs:
@@ -82,7 +83,8 @@ def corpus_size(paths: Sequence[Path], text_column: str) -> tuple[int, int]:
     """
     rows = text_bytes = 0
     for path in paths:
-        metadata = pq.ParquetFile(path).metadata
+        with storage.arrow_input_unmapped(path) as source:
+            metadata = pq.ParquetFile(source).metadata
         rows += metadata.num_rows
         for group in range(metadata.num_row_groups):
             for column in range(metadata.num_columns):
@@ -92,7 +94,7 @@ def corpus_size(paths: Sequence[Path], text_column: str) -> tuple[int, int]:
     return rows, text_bytes
 
 
-def spill_documents(directory: Path, docs: Sequence[TokenizedDocument]) -> list[DocRef]:
+def spill_documents(directory: storage.PathLike, docs: Sequence[TokenizedDocument]) -> list[DocRef]:
     """Write a batch's tokenized documents once, as one Arrow file; return a reference per document.
 
     Only the references then go through the shuffles (a BERT document goes to ``dupe_factor``
@@ -101,8 +103,8 @@ def spill_documents(directory: Path, docs: Sequence[TokenizedDocument]) -> list[
     """
     name = f"docs-{stable_hash(len(docs), *(doc.id for doc in docs)):016x}.arrow"
     table = pa.table({"tokens": _list_array([doc.tokens for doc in docs]), "offsets": _list_array([doc.offsets for doc in docs])})
-    Path(directory).mkdir(parents=True, exist_ok=True)
-    write_ipc(Path(directory) / name, table)
+    storage.makedirs(directory)
+    write_ipc(storage.join(directory, name), table)
     return [(doc.id, name, row) for row, doc in enumerate(docs)]
 
 
@@ -111,14 +113,14 @@ def _list_array(parts: Sequence[np.ndarray]) -> pa.LargeListArray:
     return pa.LargeListArray.from_arrays(pa.array(bounds), pa.array(np.concatenate(parts)))
 
 
-def load_documents(directory: Path, refs: Iterable[DocRef]) -> list[TokenizedDocument]:
+def load_documents(directory: storage.PathLike, refs: Iterable[DocRef]) -> list[TokenizedDocument]:
     """The documents behind ``refs``, their arrays zero-copy views of the memory-mapped spill files."""
     rows_by_file: defaultdict[str, list[tuple[str, int]]] = defaultdict(list)
     for doc_id, name, row in refs:
         rows_by_file[name].append((doc_id, row))
     docs = []
     for name, rows in sorted(rows_by_file.items()):
-        batch = pa.ipc.open_stream(pa.memory_map(str(Path(directory) / name), "r")).read_next_batch()
+        batch = pa.ipc.open_stream(storage.arrow_input(storage.join(directory, name))).read_next_batch()
         tokens, token_bounds = batch.column("tokens").values.to_numpy(), batch.column("tokens").offsets.to_numpy()
         offsets, offset_bounds = batch.column("offsets").values.to_numpy(), batch.column("offsets").offsets.to_numpy()
         for doc_id, row in rows:
@@ -136,18 +138,18 @@ class TokenizeBatch(beam.DoFn):
     The tokenizer and its ``SentenceEncoder`` (and word cache) are built once per DoFn instance.
     """
 
-    def __init__(self, vocab_dir: Path, spill_dir: Path) -> None:
-        self._vocab_dir, self._spill_dir = str(vocab_dir), str(spill_dir)
+    def __init__(self, vocab_dir: str, spill_dir: str) -> None:
+        self._vocab_dir, self._spill_dir = vocab_dir, spill_dir
 
     def setup(self) -> None:
-        tokenizer = load_tokenizer(Path(self._vocab_dir))
+        tokenizer = load_tokenizer(self._vocab_dir)
         dtype = np.dtype(np.uint16) if tokenizer.get_vocab_size(with_added_tokens=True) <= 65535 else np.dtype(np.int32)
         self._encoder = SentenceEncoder(tokenizer, dtype)
 
     def process(self, batch: list[tuple[str, list[str]]]) -> Iterator[tuple[str, object]]:
         docs, counters = tokenize_documents(self._encoder, batch)
         if docs:
-            for ref in spill_documents(Path(self._spill_dir), docs):
+            for ref in spill_documents(self._spill_dir, docs):
                 yield DOC, ref
         yield COUNTERS, dict(counters)
 
@@ -167,93 +169,56 @@ def partner_buckets(doc: DocRef, buckets: int, bert: BertConfig, seed: int) -> I
 class MakeBertExamples(beam.DoFn):
     """(dupe, partner bucket) -> its examples spilled to ``temp/examples``; yields only the counters."""
 
-    def __init__(self, vocab_dir: Path, bert: BertConfig, temp: Path, sort_buckets: int, seed: int) -> None:
-        self._vocab_dir, self._bert, self._temp, self._sort_buckets, self._seed = str(vocab_dir), bert, str(temp), sort_buckets, seed
+    def __init__(self, vocab_dir: str, bert: BertConfig, temp: str, sort_buckets: int, seed: int) -> None:
+        self._vocab_dir, self._bert, self._temp, self._sort_buckets, self._seed = vocab_dir, bert, temp, sort_buckets, seed
 
     def setup(self) -> None:
-        self._vocab = MaskingVocab.from_tokenizer(load_tokenizer(Path(self._vocab_dir)))
+        self._vocab = MaskingVocab.from_tokenizer(load_tokenizer(self._vocab_dir))
         self._schema = bert_schema(self._bert.max_seq_length, self._bert.max_predictions_per_seq, self._vocab.size)
 
     def process(self, element: tuple[tuple[int, int], Iterable[DocRef]]) -> Iterator[dict]:
         (dupe, bucket), refs = element
-        docs = sorted(load_documents(Path(self._temp) / DOCS_DIR, refs), key=lambda d: d.id)
+        docs = sorted(load_documents(storage.join(self._temp, DOCS_DIR), refs), key=lambda d: d.id)
         examples, counters = create_bucket_examples(docs, dupe, self._vocab, self._bert, self._seed)
         if len(examples):
             keys = example_keys([stable_hash(self._seed, "order", doc.id, dupe) for doc in docs], examples.a_doc)
-            spill_pieces(Path(self._temp) / EXAMPLES_DIR, f"{dupe}-{bucket}", keys, examples.columns(), self._schema, self._sort_buckets)
+            spill_pieces(
+                storage.join(self._temp, EXAMPLES_DIR), f"{dupe}-{bucket}", keys, examples.columns(), self._schema, self._sort_buckets
+            )
         yield dict(counters)
 
 
 class MakeGptWindows(beam.DoFn):
     """Stream bucket -> its windows spilled to ``temp/examples``; yields only the counters."""
 
-    def __init__(self, vocab_dir: Path, gpt: GptConfig, temp: Path, sort_buckets: int, seed: int) -> None:
-        self._vocab_dir, self._gpt, self._temp, self._sort_buckets, self._seed = str(vocab_dir), gpt, str(temp), sort_buckets, seed
+    def __init__(self, vocab_dir: str, gpt: GptConfig, temp: str, sort_buckets: int, seed: int) -> None:
+        self._vocab_dir, self._gpt, self._temp, self._sort_buckets, self._seed = vocab_dir, gpt, temp, sort_buckets, seed
 
     def setup(self) -> None:
-        tokenizer = load_tokenizer(Path(self._vocab_dir))
+        tokenizer = load_tokenizer(self._vocab_dir)
         self._eot = tokenizer.token_to_id(EOT)
         self._schema = gpt_schema(self._gpt.seq_len, tokenizer.get_vocab_size(with_added_tokens=True))
 
     def process(self, element: tuple[int, Iterable[DocRef]]) -> Iterator[dict]:
         bucket, refs = element
-        docs = load_documents(Path(self._temp) / DOCS_DIR, refs)
+        docs = load_documents(storage.join(self._temp, DOCS_DIR), refs)
         windows, counters = cut_windows([(d.id, d.tokens) for d in docs], self._eot, self._gpt.seq_len, self._gpt.keep_tail, self._seed)
         if len(windows):
             keys = example_keys([stable_hash(self._seed, "gpt-order", bucket)], np.zeros(len(windows), dtype=np.int64))
-            spill_pieces(Path(self._temp) / EXAMPLES_DIR, f"{bucket}", keys, windows.columns(), self._schema, self._sort_buckets)
+            spill_pieces(storage.join(self._temp, EXAMPLES_DIR), f"{bucket}", keys, windows.columns(), self._schema, self._sort_buckets)
         yield dict(counters)
-
-
-def merge_counters(parts: Iterable[dict]) -> dict:
-    total: Counter = Counter()
-    for part in parts:
-        total.update(part)
-    return dict(total)
-
-
-def _one_key(counters: dict) -> tuple[None, dict]:
-    return None, counters
-
-
-def _write_counters(grouped: tuple[None, Iterable[dict]], path: str) -> None:
-    """All counters merged into one file (a GroupByKey rather than CombineGlobally: fewer Beam steps)."""
-    Path(path).write_text(json.dumps(merge_counters(grouped[1]), sort_keys=True), encoding="utf-8")
-
-
-def _only(element: tuple[str, object], kind: str) -> Iterator[object]:
-    if element[0] == kind:
-        yield element[1]
 
 
 class Tokenize(beam.PTransform):
     """Batches of (doc id, sentences) -> (DocRefs, counters); the token ids go to ``temp/docs``."""
 
-    def __init__(self, vocab_dir: Path, temp: Path) -> None:
+    def __init__(self, vocab_dir: str, temp: str) -> None:
         super().__init__()
         self.vocab_dir, self.temp = vocab_dir, temp
 
     def expand(self, batches: beam.PCollection) -> tuple[beam.PCollection, beam.PCollection]:
-        tokenized = batches | "Tokenize" >> beam.ParDo(TokenizeBatch(self.vocab_dir, self.temp / DOCS_DIR))
-        return tokenized | "Docs" >> beam.FlatMap(_only, DOC), tokenized | "Counters" >> beam.FlatMap(_only, COUNTERS)
-
-
-class WriteCounters(beam.PTransform):
-    """All counters merged into ``temp/counters.json``: the graph's single sink, reached only once every
-    example is spilled (one sink because the DaskRunner computes only the last step of a graph)."""
-
-    def __init__(self, temp: Path) -> None:
-        super().__init__()
-        self.temp = temp
-
-    def expand(self, counters: tuple[beam.PCollection, ...]) -> beam.PCollection:
-        return (
-            counters
-            | "AllCounters" >> beam.Flatten()
-            | "OneKey" >> beam.Map(_one_key)
-            | "Gather" >> beam.GroupByKey()
-            | "WriteCounters" >> beam.Map(_write_counters, str(self.temp / "counters.json"))
-        )
+        tokenized = batches | "Tokenize" >> beam.ParDo(TokenizeBatch(self.vocab_dir, storage.join(self.temp, DOCS_DIR)))
+        return tokenized | "Docs" >> beam.FlatMap(only, DOC), tokenized | "Counters" >> beam.FlatMap(only, COUNTERS)
 
 
 class ReadBatches(beam.PTransform):
@@ -263,14 +228,19 @@ class ReadBatches(beam.PTransform):
     translate Beam's ``Read`` primitive. Batches make one tokenizer call cover many documents.
     """
 
-    def __init__(self, paths: Sequence[Path], columns: tuple[str, str], split_sentences: bool = False) -> None:
+    def __init__(self, paths: Sequence[storage.PathLike], columns: tuple[str, str], split_sentences: bool = False) -> None:
         super().__init__()
-        self.paths, self.columns, self.split_sentences = paths, columns, split_sentences
+        self.paths, self.columns, self.split_sentences = [os.fspath(path) for path in paths], columns, split_sentences
 
     def expand(self, begin: beam.pvalue.PBegin) -> beam.PCollection:
-        parts = [(str(path), group) for path in sorted(self.paths) for group in range(pq.ParquetFile(path).num_row_groups)]
+        parts = [(path, group) for path in sorted(self.paths) for group in range(_row_groups(path))]
         batches = begin | "Parts" >> beam.Create(parts) | "Rows" >> beam.FlatMap(_read_row_group, self.columns)
         return batches | "Sentences" >> beam.Map(_split_into_sentences) if self.split_sentences else batches
+
+
+def _row_groups(path: str) -> int:
+    with storage.arrow_input_unmapped(path) as source:
+        return pq.ParquetFile(source).num_row_groups
 
 
 class SpillExamples(beam.PTransform):
@@ -287,7 +257,9 @@ class SpillExamples(beam.PTransform):
         example_counters = (
             docs | "Buckets" >> beam.FlatMap(self.assign) | "ByBucket" >> beam.GroupByKey() | "Examples" >> beam.ParDo(self.make)
         )
-        return (tokenize_counters, example_counters) | "Finish" >> WriteCounters(self.job.temp)
+        # the graph's single sink, reached only once every example is spilled
+        counters = {"tokenize": tokenize_counters, "examples": example_counters}
+        return write_counters(counters, storage.join(self.job.temp, COUNTERS_FILE))
 
 
 def bert_examples(job: Job, bert: BertConfig, size: tuple[int, int]) -> beam.PTransform:
@@ -310,27 +282,25 @@ def gpt_windows(job: Job, gpt: GptConfig, size: tuple[int, int]) -> beam.PTransf
 class Job:
     """What every step of one shard job shares: the vocabulary, the spill folder, the sort buckets, the seed."""
 
-    vocab_dir: Path
-    temp: Path
+    vocab_dir: str
+    temp: str
     sort_buckets: int
     seed: int
 
 
 @contextmanager
-def spill_folder(out_dir: Path) -> Iterator[Path]:
+def spill_folder(out_dir: storage.PathLike) -> Iterator[str]:
     """A fresh ``.sort-*`` folder in ``out_dir`` for the job's spill files, removed afterwards.
 
     The previous manifest goes first: the folder is visibly incomplete until the new one is written.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
-    temp = out_dir / f".sort-{uuid.uuid4().hex}"
-    temp.mkdir()
+    storage.remove(storage.join(out_dir, MANIFEST_NAME))
+    temp = storage.join(out_dir, f".sort-{uuid.uuid4().hex}")
+    storage.makedirs(temp)
     try:
         yield temp
     finally:
-        shutil.rmtree(temp, ignore_errors=True)
+        storage.remove_tree(temp)
 
 
 def run_job(
@@ -338,17 +308,17 @@ def run_job(
     source: beam.PTransform,
     graph: beam.PTransform,
     job: Job,
-    out_dir: Path,
+    out_dir: storage.PathLike,
     layout: Layout,
     shards: ShardsConfig,
 ) -> dict:
     """Run ``source | graph`` (which spills examples and writes the counters), then cut the shards, checking the spill holds what the counters announce."""
     with beam.Pipeline(options=pipeline_options) as p:
         _ = p | "Read" >> source | "Examples" >> graph
-    counts_file = job.temp / "counters.json"  # absent only when no batch came in (an empty corpus)
-    counters = json.loads(counts_file.read_text(encoding="utf-8")) if counts_file.is_file() else {}
+    counts_file = storage.join(job.temp, COUNTERS_FILE)  # absent only when no batch came in (an empty corpus)
+    counters = merge_counters(storage.read_json(counts_file).values()) if storage.is_file(counts_file) else {}
     return write_spilled_shards(
-        job.temp / EXAMPLES_DIR,
+        storage.join(job.temp, EXAMPLES_DIR),
         layout.schema,
         out_dir,
         dict(layout.manifest, totals=counters),
@@ -364,13 +334,14 @@ def _read_row_group(part: tuple[str, int], columns: tuple[str, str]) -> Iterator
     path, group = part
     batch: list[tuple] = []
     chars = 0
-    for rows in pq.ParquetFile(path).iter_batches(batch_size=READ_ROWS, row_groups=[group], columns=list(columns)):
-        for row in zip(*(rows.column(name).to_pylist() for name in columns)):
-            batch.append(row)
-            chars += _chars(row[1])
-            if chars >= TOKENIZE_BATCH_CHARS:
-                yield batch
-                batch, chars = [], 0
+    with storage.arrow_input_unmapped(path) as source:
+        for rows in pq.ParquetFile(source).iter_batches(batch_size=READ_ROWS, row_groups=[group], columns=list(columns)):
+            for row in zip(*(rows.column(name).to_pylist() for name in columns)):
+                batch.append(row)
+                chars += _chars(row[1])
+                if chars >= TOKENIZE_BATCH_CHARS:
+                    yield batch
+                    batch, chars = [], 0
     if batch:
         yield batch
 
@@ -397,7 +368,7 @@ class Layout:
     manifest: dict
 
 
-def bert_layout(vocab_dir: Path, bert: BertConfig, shards: ShardsConfig, seed: int, inputs: list[str]) -> Layout:
+def bert_layout(vocab_dir: storage.PathLike, bert: BertConfig, shards: ShardsConfig, seed: int, inputs: list[str]) -> Layout:
     vocab = vocab_manifest(vocab_dir)
     params = {"seed": seed, "bert": bert.model_dump(mode="json"), "shards": shards.model_dump(mode="json"), "inputs": inputs}
     manifest = shard_manifest(
@@ -411,7 +382,7 @@ def bert_layout(vocab_dir: Path, bert: BertConfig, shards: ShardsConfig, seed: i
     return Layout(bert_schema(bert.max_seq_length, bert.max_predictions_per_seq, vocab["size"]), manifest)
 
 
-def gpt_layout(vocab_dir: Path, gpt: GptConfig, shards: ShardsConfig, seed: int, inputs: list[str]) -> Layout:
+def gpt_layout(vocab_dir: storage.PathLike, gpt: GptConfig, shards: ShardsConfig, seed: int, inputs: list[str]) -> Layout:
     vocab = vocab_manifest(vocab_dir)
     params = {"seed": seed, "gpt": gpt.model_dump(mode="json"), "shards": shards.model_dump(mode="json"), "inputs": inputs}
     manifest = shard_manifest("gpt", vocab, params, seq_len=gpt.seq_len, id_type=str(id_type(vocab["size"])))
@@ -425,65 +396,20 @@ def bert_sort_buckets(text_bytes: int, layout: Layout, bert: BertConfig, shards:
 
 def write_bert_shards(
     pipeline_options: PipelineOptions,
-    doc_paths: list[Path],
-    vocab_dir: Path,
-    out_dir: Path,
+    doc_paths: Sequence[storage.PathLike],
+    vocab_dir: storage.PathLike,
+    out_dir: storage.PathLike,
     bert: BertConfig,
     shards: ShardsConfig,
     seed: int,
 ) -> dict:
     """BERT shards from Parquet documents (columns id, text); returns the manifest written."""
-    layout = bert_layout(vocab_dir, bert, shards, seed, [str(p) for p in doc_paths])
+    layout = bert_layout(vocab_dir, bert, shards, seed, [os.fspath(p) for p in doc_paths])
     size = corpus_size(doc_paths, "text")
     with spill_folder(out_dir) as temp:
-        job = Job(Path(vocab_dir), temp, bert_sort_buckets(size[1], layout, bert, shards), seed)
+        job = Job(os.fspath(vocab_dir), temp, bert_sort_buckets(size[1], layout, bert, shards), seed)
         source = ReadBatches(doc_paths, ("id", "text"), split_sentences=True)
         return run_job(pipeline_options, source, bert_examples(job, bert, size), job, out_dir, layout, shards)
-
-
-def write_bert_shards_from_sentences(
-    pipeline_options: PipelineOptions,
-    docs: Iterable[tuple[str, list[str]]],
-    vocab_dir: Path,
-    out_dir: Path,
-    bert: BertConfig,
-    shards: ShardsConfig,
-    seed: int,
-) -> dict:
-    """BERT shards from documents already split into sentences (benchmarks, tests, custom splitters).
-
-    ``docs`` may be a generator: it is consumed once, into a Parquet file, one row group per
-    ``TOKENIZE_BATCH_CHARS`` of text (one Beam task each).
-    """
-    layout = bert_layout(vocab_dir, bert, shards, seed, [])
-    with tempfile.TemporaryDirectory() as scratch, spill_folder(out_dir) as temp:
-        # Through a file rather than beam.Create, which would pickle (and bz2) the corpus into the graph.
-        path = Path(scratch) / "sentences.parquet"
-        _write_sentences(docs, path)
-        size = corpus_size([path], "sentences")
-        job = Job(Path(vocab_dir), temp, bert_sort_buckets(size[1], layout, bert, shards), seed)
-        return run_job(
-            pipeline_options, ReadBatches([path], ("id", "sentences")), bert_examples(job, bert, size), job, out_dir, layout, shards
-        )
-
-
-def _write_sentences(docs: Iterable[tuple[str, list[str]]], path: Path) -> None:
-    schema = pa.schema([("id", pa.string()), ("sentences", pa.list_(pa.string()))])
-    with pq.ParquetWriter(path, schema) as writer:
-        group: list[tuple[str, list[str]]] = []
-        chars = 0
-        for doc_id, sentences in docs:
-            group.append((doc_id, list(sentences)))
-            chars += _chars(group[-1][1])
-            if chars >= TOKENIZE_BATCH_CHARS:
-                writer.write_table(_sentences_table(group, schema))
-                group, chars = [], 0
-        if group:
-            writer.write_table(_sentences_table(group, schema))
-
-
-def _sentences_table(group: list[tuple[str, list[str]]], schema: pa.Schema) -> pa.Table:
-    return pa.table({"id": [doc_id for doc_id, _ in group], "sentences": [sentences for _, sentences in group]}, schema=schema)
 
 
 def gpt_bucket(doc: DocRef, buckets: int, seed: int) -> Iterator[tuple[int, DocRef]]:
@@ -493,17 +419,17 @@ def gpt_bucket(doc: DocRef, buckets: int, seed: int) -> Iterator[tuple[int, DocR
 
 def write_gpt_shards(
     pipeline_options: PipelineOptions,
-    doc_paths: list[Path],
-    vocab_dir: Path,
-    out_dir: Path,
+    doc_paths: Sequence[storage.PathLike],
+    vocab_dir: storage.PathLike,
+    out_dir: storage.PathLike,
     gpt: GptConfig,
     shards: ShardsConfig,
     seed: int,
 ) -> dict:
     """GPT shards from Parquet documents (columns id, text); returns the manifest written."""
-    layout = gpt_layout(vocab_dir, gpt, shards, seed, [str(p) for p in doc_paths])
+    layout = gpt_layout(vocab_dir, gpt, shards, seed, [os.fspath(p) for p in doc_paths])
     size = corpus_size(doc_paths, "text")
     sort_buckets = sort_bucket_count(size[1] / BYTES_PER_TOKEN / (gpt.seq_len + 1), row_bytes(layout.schema), shards)
     with spill_folder(out_dir) as temp:
-        job = Job(Path(vocab_dir), temp, sort_buckets, seed)
+        job = Job(os.fspath(vocab_dir), temp, sort_buckets, seed)
         return run_job(pipeline_options, ReadBatches(doc_paths, ("id", "text")), gpt_windows(job, gpt, size), job, out_dir, layout, shards)

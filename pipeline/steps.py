@@ -87,9 +87,7 @@ def book_tasks(cfg: BooksConfig, counts: Counter) -> list[tuple[str, str]]:
 def wikipedia_tasks(cfg: WikipediaConfig) -> list:
     """Dumps planned into independently readable byte ranges (multistream), read in parallel."""
     indexes = list(cfg.index_paths) + [None] * (len(cfg.paths) - len(cfg.index_paths))
-    return [
-        r for path, index in zip(cfg.paths, indexes) for r in plan_ranges(path, index or None, cfg.streams_per_range)
-    ]
+    return [r for path, index in zip(cfg.paths, indexes) for r in plan_ranges(path, index or None, cfg.streams_per_range)]
 
 
 class WikipediaReader:

@@ -36,7 +36,9 @@ def verify(directory: storage.PathLike, *, progress: bool = False, vocab: storag
         problems += _check_shard(manifest, entry, schema)
     for key, actual in (("examples", manifest.examples), ("tokens", manifest.tokens)):
         if manifest.totals.get(key) != actual:
-            problems.append(f"{storage.join(directory, MANIFEST_NAME)}: totals.{key} is {manifest.totals.get(key)}, shards add up to {actual}")
+            problems.append(
+                f"{storage.join(directory, MANIFEST_NAME)}: totals.{key} is {manifest.totals.get(key)}, shards add up to {actual}"
+            )
     return problems
 
 

@@ -42,11 +42,10 @@ def write_ipc(path: storage.PathLike, table: pa.Table, compression: str | None =
     """One Arrow IPC stream, one record batch, written under a temporary name then renamed.
 
     The stream flavour because it is the one ``datasets.Dataset.from_file`` reads; memory-mapped,
-    an uncompressed stream is read as zero-copy as an IPC file. Arrow's own file sink writes a local
-    temporary (``storage.local_output``: uploaded once whole when ``path`` is a URI).
+    an uncompressed stream is read as zero-copy as an IPC file.
     """
     options = pa.ipc.IpcWriteOptions(compression=compression)
-    with storage.local_output(path) as temp, pa.OSFile(temp, "wb") as sink, pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+    with storage.arrow_output(path) as sink, pa.ipc.new_stream(sink, table.schema, options=options) as writer:
         for batch in table.combine_chunks().to_batches(max_chunksize=max(table.num_rows, 1)):
             writer.write_batch(batch)
 

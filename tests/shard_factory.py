@@ -10,14 +10,30 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 import datasets
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.options.pipeline_options import PipelineOptions
 from tokenizers.implementations import BertWordPieceTokenizer, ByteLevelBPETokenizer
 
+from corpusforge.core.config import BertConfig, ShardsConfig
+from corpusforge.pipeline.examples_stage import (
+    TOKENIZE_BATCH_CHARS,
+    Job,
+    ReadBatches,
+    bert_examples,
+    bert_layout,
+    bert_sort_buckets,
+    corpus_size,
+    run_job,
+    spill_folder,
+)
 from corpusforge.shards.format import FORMAT_VERSION, MANIFEST_NAME, SHARD_PATTERN, bert_schema, gpt_schema, id_type
 
 BERT_SPECIAL = {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
@@ -165,6 +181,51 @@ def write_shards(
     }
     _atomic_write(directory / MANIFEST_NAME, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2), encoding="utf-8"))
     return directory
+
+
+def write_bert_shards_from_sentences(
+    pipeline_options: PipelineOptions,
+    docs: Iterable[tuple[str, list[str]]],
+    vocab_dir: Path,
+    out_dir: Path,
+    bert: BertConfig,
+    shards: ShardsConfig,
+    seed: int,
+) -> dict:
+    """BERT shards through the real Beam stage from documents already split into sentences; returns the manifest.
+
+    ``docs`` may be a generator: it is consumed once, into a Parquet file, one row group per
+    ``TOKENIZE_BATCH_CHARS`` of text (one Beam task each), rather than through ``beam.Create``,
+    which would pickle (and bz2) the corpus into the graph.
+    """
+    layout = bert_layout(vocab_dir, bert, shards, seed, [])
+    with tempfile.TemporaryDirectory() as scratch, spill_folder(out_dir) as temp:
+        path = str(Path(scratch) / "sentences.parquet")
+        _write_sentences(docs, path)
+        size = corpus_size([path], "sentences")
+        job = Job(str(vocab_dir), temp, bert_sort_buckets(size[1], layout, bert, shards), seed)
+        return run_job(
+            pipeline_options, ReadBatches([path], ("id", "sentences")), bert_examples(job, bert, size), job, out_dir, layout, shards
+        )
+
+
+def _write_sentences(docs: Iterable[tuple[str, list[str]]], path: str) -> None:
+    schema = pa.schema([("id", pa.string()), ("sentences", pa.list_(pa.string()))])
+    with pq.ParquetWriter(path, schema) as writer:
+        group: list[tuple[str, list[str]]] = []
+        chars = 0
+        for doc_id, sentences in docs:
+            group.append((doc_id, list(sentences)))
+            chars += sum(map(len, group[-1][1]))
+            if chars >= TOKENIZE_BATCH_CHARS:
+                writer.write_table(_sentences_table(group, schema))
+                group, chars = [], 0
+        if group:
+            writer.write_table(_sentences_table(group, schema))
+
+
+def _sentences_table(group: list[tuple[str, list[str]]], schema: pa.Schema) -> pa.Table:
+    return pa.table({"id": [doc_id for doc_id, _ in group], "sentences": [sentences for _, sentences in group]}, schema=schema)
 
 
 def assert_hf_reads_like_pyarrow(path: Path, cache_dir: Path) -> None:

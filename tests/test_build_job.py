@@ -30,7 +30,7 @@ def _build(out: Path, *overrides: str):
 
 def _digests(out: Path) -> dict[str, str]:
     files = output_files(out / "documents") + output_files(out / "rejects")
-    return {f"{f.parent.name}/{f.name}": hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+    return {f"{f.parent.name}/{f.name}": hashlib.sha256(f.read_bytes()).hexdigest() for f in map(Path, files)}
 
 
 def _page_count(xml: Path) -> int:

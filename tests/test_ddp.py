@@ -22,8 +22,10 @@ from shard_factory import FIRST_WORD_ID, bert_tokenizer_json, random_bert_column
 
 from corpusforge.core.config import TrainConfig
 from corpusforge.trainer.checkpoint import WEIGHTS_NAME, checkpoint_dir
-from corpusforge.trainer.loop import accumulation_steps, init_world, make_stream, train
+from corpusforge.trainer.distributed import init_world
+from corpusforge.trainer.loop import train
 from corpusforge.trainer.metrics import read_log
+from corpusforge.trainer.prepare import accumulation_steps, make_stream
 
 STEPS = 6
 
@@ -76,8 +78,8 @@ def test_two_rank_ddp_matches_one_process_accumulating(shards, tmp_path):
 
     seen = [set(json.loads((tmp_path / "ddp" / f"examples-rank{r}.json").read_text())) for r in range(2)]
     assert len(seen[0]) == len(seen[1]) == STEPS * 8 and not seen[0] & seen[1]
-    ddp = load_file(str(checkpoint_dir(tmp_path / "ddp", STEPS) / WEIGHTS_NAME))
-    single = load_file(str(checkpoint_dir(tmp_path / "single", STEPS) / WEIGHTS_NAME))
+    ddp = load_file(str(Path(checkpoint_dir(tmp_path / "ddp", STEPS)) / WEIGHTS_NAME))
+    single = load_file(str(Path(checkpoint_dir(tmp_path / "single", STEPS)) / WEIGHTS_NAME))
     for name in ddp:
         assert torch.allclose(ddp[name], single[name], atol=2e-5), name
     # rank 0 logged losses summed over both ranks: the same figures as the single process

@@ -20,14 +20,14 @@ from corpusforge.trainer.loop import train
 from corpusforge.trainer.models import ModelConfig, build_model, gpt_inputs
 
 
-def trained_checkpoint(shards: Path, run_dir: Path, model: str) -> Path:
+def trained_checkpoint(shards: Path, run_dir: Path, model: str) -> str:
     """A few real optimizer steps, so no weight is still at its initial value (biases, LayerNorms)."""
     cfg = TrainConfig(model=model, steps=3, batch_size=8, lr=1e-3, num_workers=0, log_every=1, seed=3)
     train(cfg, shards, run_dir, progress=False)
     return resolve_checkpoint(run_dir)
 
 
-def ours(checkpoint: Path) -> torch.nn.Module:
+def ours(checkpoint: str) -> torch.nn.Module:
     model = build_model(ModelConfig(**read_state(checkpoint)["model_config"]))
     load_weights(checkpoint, model)
     return model.eval()
@@ -82,7 +82,7 @@ def test_bert_export_logits_match_transformers(bert_shards, tmp_path):
     exported = CliRunner().invoke(app, ["export", str(run), str(out), "--format", "hf"])
     assert exported.exit_code == 0 and str(out) in exported.output, exported.output
     ckpt = resolve_checkpoint(run)
-    assert ckpt.name == "step-00000003" and read_state(ckpt)["train_config"]["task"] == "bert"
+    assert Path(ckpt).name == "step-00000003" and read_state(ckpt)["train_config"]["task"] == "bert"
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= {p.name for p in out.iterdir()}
 
     batch = first_batch(bert_shards)
@@ -111,7 +111,7 @@ def test_bert_export_logits_match_transformers(bert_shards, tmp_path):
 
 def test_gpt_export_logits_match_transformers(gpt_shards, tmp_path):
     ckpt = trained_checkpoint(gpt_shards, tmp_path / "run", "gpt-tiny")
-    out = export_hf(ckpt, tmp_path / "hf")
+    out = Path(export_hf(ckpt, tmp_path / "hf"))
     batch = first_batch(gpt_shards)
     idx = gpt_inputs(batch["input_ids"], batch["length"])["idx"]
     hf = GPT2LMHeadModel.from_pretrained(out, attn_implementation="eager").eval()

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from corpusforge.core.files import atomic_path, atomic_write_bytes, sha256_file
+from corpusforge.core import storage
 
 
-def test_atomic_path_replaces_on_success_and_keeps_the_old_file_on_failure(tmp_path):
+def test_local_output_replaces_on_success_and_keeps_the_old_file_on_failure(tmp_path):
     target = tmp_path / "data.bin"
-    atomic_write_bytes(target, b"old")
+    storage.write_bytes(target, b"old")
     with pytest.raises(OSError, match="disk full"):
-        with atomic_path(target) as temp:
-            temp.write_bytes(b"half")
+        with storage.local_output(target) as temp:
+            with open(temp, "wb") as handle:
+                handle.write(b"half")
             raise OSError("disk full")
     assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["data.bin"]
-    with atomic_path(target) as temp:
-        assert temp.parent == tmp_path and temp != target
-        temp.write_bytes(b"new")
+    with storage.local_output(target) as temp:
+        assert os.path.dirname(temp) == str(tmp_path) and temp != str(target)
+        with open(temp, "wb") as handle:
+            handle.write(b"new")
         assert target.read_bytes() == b"old"  # nothing visible until the block ends
     assert target.read_bytes() == b"new" and [p.name for p in tmp_path.iterdir()] == ["data.bin"]
-    assert sha256_file(target) == "11507a0e2f5e69d5dfa40a62a1bd7b6ee57e6bcd85c67c9b8431b36fff21c437"  # sha256(b"new")
+    assert storage.sha256(target) == "11507a0e2f5e69d5dfa40a62a1bd7b6ee57e6bcd85c67c9b8431b36fff21c437"  # sha256(b"new")

@@ -99,13 +99,13 @@ def test_finetune_sst2_dev_accuracy_matches_an_independent_count(bert_run, share
     assert [e["epoch"] for e in results["epochs"]] == [1, 2] and results["epochs"][-1]["accuracy"] == results["dev"]
     assert results["train_examples"] == 192 and results["settings"]["steps"] == 2 * 6 and results["settings"]["warmup_steps"] == 1
     ckpt = resolve_checkpoint(bert_run)
-    assert results["checkpoint"]["step"] == 3 and results["checkpoint"]["path"] == str(ckpt.resolve())
+    assert results["checkpoint"]["step"] == 3 and results["checkpoint"]["path"] == str(Path(ckpt).resolve())
     assert len(results["checkpoint"]["weights_sha256"]) == 64
     assert (out / "dev_curve.png").stat().st_size > 5_000
 
 
 def test_random_init_keeps_architecture_and_vocabulary_but_not_the_weights(bert_run):
-    pretrained = load_file(str(resolve_checkpoint(bert_run) / WEIGHTS_NAME))
+    pretrained = load_file(str(Path(resolve_checkpoint(bert_run)) / WEIGHTS_NAME))
     start, _, _ = load_encoder(bert_run, FinetuneConfig())
     fresh, state, identity = load_encoder(bert_run, FinetuneConfig(random_init=True))
     assert all(torch.equal(start.state_dict()[k], pretrained[k]) for k in pretrained)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import gzip
 import json
 import pickle
+import re
 from collections import Counter
 from pathlib import Path
 
 import datasets
+import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -17,7 +19,7 @@ import zstandard
 
 from corpusforge.core.config import RecordsConfig
 from corpusforge.corpora.document import Document, Reject, check_accounted, make_id
-from corpusforge.corpora.records import RecordsReader, RecordTask, record_tasks
+from corpusforge.corpora.records import RecordReader, RecordTask, record_files, record_tasks
 
 ROWS = [
     {"id": 100 + 7 * i, "title": f"Title {i}", "text": f"Record {i} opens here.\n\nIts second paragraph, number {i}."} for i in range(7)
@@ -51,7 +53,7 @@ def save_to_disk(path: Path, rows: list[dict], num_shards: int = 2) -> Path:
 
 def read_all(cfg: RecordsConfig) -> tuple[list[Document | Reject], Counter[str]]:
     counts: Counter[str] = Counter()
-    reader = pickle.loads(pickle.dumps(RecordsReader(cfg)))  # Beam ships the reader and its tasks pickled
+    reader = pickle.loads(pickle.dumps(RecordReader(cfg)))  # Beam ships the reader and its tasks pickled
     records = [record for task in record_tasks(cfg) for record in reader(pickle.loads(pickle.dumps(task)), counts)]
     check_accounted("records", counts, len(records))
     return records, counts
@@ -80,6 +82,20 @@ def test_positions_give_the_same_ids_in_every_format(every_format: dict[str, Pat
         assert counts["inputs"] == len(ROWS), name
 
 
+def test_a_uri_reads_like_a_local_path(every_format: dict[str, Path], tmp_path: Path) -> None:
+    memory = fsspec.filesystem("memory")
+    root = f"/{tmp_path.name}"
+    try:
+        for name, path in every_format.items():
+            memory.put(str(path), f"{root}/{name}/{path.name}", recursive=path.is_dir())
+        expected = [(make_id("records", f"corpus:{i}"), row["text"]) for i, row in enumerate(ROWS)]
+        for name, path in every_format.items():
+            records, _ = read_all(RecordsConfig(paths=[f"memory:/{root}/{name}/{path.name}"]))
+            assert [(r.id, r.text) for r in records] == expected, name
+    finally:
+        memory.rm(root, recursive=True)
+
+
 def test_id_field_gives_the_same_ids_and_titles_in_every_format(every_format: dict[str, Path]) -> None:
     expected = [(make_id("records", str(row["id"])), row["text"], row["title"]) for row in ROWS]
     for name, path in every_format.items():
@@ -87,12 +103,12 @@ def test_id_field_gives_the_same_ids_and_titles_in_every_format(every_format: di
         assert [(r.id, r.text, r.title) for r in records] == expected, name
 
 
-def test_meta_file_names_the_file_within_the_entry(every_format: dict[str, Path]) -> None:
+def test_meta_file_is_the_entry_name_in_every_format(every_format: dict[str, Path]) -> None:
+    """Documents say which entry they came from, not which file of it: the same records give byte-identical
+    documents whatever format they come in (a reject's key names the file and line)."""
     files = {name: [r.meta["file"] for r in read_all(RecordsConfig(paths=[str(path)]))[0]] for name, path in every_format.items()}
-    assert files["zst"] == ["corpus.ndjson.zst"] * 7
-    assert files["parquet"] == ["corpus.parquet"] * 7
-    assert files["split"] == ["a.json"] * 4 + ["b.jsonl.gz"] * 3
-    assert files["save_to_disk"] == ["data-00000-of-00002.arrow"] * 4 + ["data-00001-of-00002.arrow"] * 3
+    assert {name: set(found) for name, found in files.items()} == {name: {"corpus"} for name in every_format}
+    assert all(len(found) == 7 for found in files.values())
 
 
 def test_parquet_is_read_one_task_per_row_group(tmp_path: Path) -> None:
@@ -102,7 +118,7 @@ def test_parquet_is_read_one_task_per_row_group(tmp_path: Path) -> None:
     assert tasks == [
         RecordTask(str(path), "parquet", "corpus.parquet", "corpus", first, first, group) for group, first in enumerate((0, 3, 6))
     ]
-    reader = RecordsReader(cfg)
+    reader = RecordReader(cfg)
     assert [[r.text for r in reader(task)] for task in tasks] == [[row["text"] for row in ROWS[i : i + 3]] for i in (0, 3, 6)]
 
 
@@ -112,7 +128,9 @@ def test_a_folder_is_numbered_over_its_files_in_order(tmp_path: Path) -> None:
     write_parquet(root / "b" / "c.parquet", ROWS[2:5], row_group_size=2)
     save_to_disk(root / "d", ROWS[5:], num_shards=1)
     (root / "notes.txt").write_text("not a records file")
-    tasks = record_tasks(RecordsConfig(paths=[str(root)]))
+    cfg = RecordsConfig(paths=[str(root)])
+    assert record_files(cfg) == [str(root / f) for f in ("a.jsonl", "b/c.parquet", "d/data-00000-of-00001.arrow", "d/state.json")]
+    tasks = record_tasks(cfg)
     assert [(t.kind, t.file, t.first, t.row_group) for t in tasks] == [
         ("jsonl", "a.jsonl", 0, 0),
         ("parquet", "b/c.parquet", 2, 0),
@@ -127,9 +145,7 @@ def test_a_dataset_dict_is_read_split_by_split(tmp_path: Path) -> None:
         str(root)
     )
     records, counts = read_all(RecordsConfig(paths=[str(root)]))
-    assert [(r.meta["file"], r.text) for r in records] == [("test/data-00000-of-00001.arrow", row["text"]) for row in ROWS[5:]] + [
-        ("train/data-00000-of-00001.arrow", row["text"]) for row in ROWS[:5]
-    ]
+    assert [(r.meta["file"], r.text) for r in records] == [("dict", row["text"]) for row in ROWS[5:] + ROWS[:5]]  # splits in name order
     assert counts["inputs"] == 7
 
 
@@ -208,6 +224,8 @@ def test_a_missing_or_empty_path_is_a_one_line_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError) as error:
         record_tasks(RecordsConfig(paths=[str(missing)]))
     assert str(error.value) == f"records path does not exist: {missing}"
+    with pytest.raises(ValueError, match=f"^records path does not exist: {missing}$"):
+        record_files(RecordsConfig(paths=[str(missing)]))
     (tmp_path / "texts").mkdir()
     (tmp_path / "texts" / "a.txt").write_text("plain text is the books source")
     with pytest.raises(ValueError, match=r"^no records files in .*texts: expected \.jsonl") as error:
@@ -222,3 +240,50 @@ def test_two_entries_of_one_name_need_an_id_field(tmp_path: Path) -> None:
         record_tasks(RecordsConfig(paths=[str(one), str(two)]))
     records, _ = read_all(RecordsConfig(paths=[str(one), str(two)], id_field="id"))
     assert [r.id for r in records] == [make_id("records", str(row["id"])) for row in ROWS[:2]]
+
+
+def test_a_damaged_file_still_numbers_the_files_after_it(tmp_path: Path) -> None:
+    rows = [{"text": f"Record number {i} with some words that do not repeat {i * 7919}."} for i in range(20000)]
+    whole = write_jsonl(tmp_path / "whole.jsonl.gz", rows, opener=gzip.open)
+    (tmp_path / "both").mkdir()
+    (tmp_path / "both" / "a.jsonl.gz").write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    write_jsonl(tmp_path / "both" / "b.jsonl", ROWS[:2])
+    records, _ = read_all(RecordsConfig(paths=[str(tmp_path / "both")]))
+    damaged = next(i for i, r in enumerate(records) if isinstance(r, Reject))
+    assert records[damaged].reason == "corrupt_input" and records[damaged].id == make_id("records", f"both:{damaged}")
+    assert [r.id for r in records[damaged + 1 :]] == [make_id("records", f"both:{damaged + 1 + i}") for i in range(2)]
+
+
+def test_a_records_build_gives_the_same_documents_from_every_format(tmp_path: Path) -> None:
+    """``run.stages = ["records", "clean", "documents"]``: the same texts as JSON lines, Parquet and a
+    datasets folder give byte-identical documents; a line that is not JSON is a counted reject."""
+    from corpusforge.build import run_build
+    from corpusforge.core.config import Config
+
+    wiki = Path(__file__).resolve().parents[1] / "corpusforge" / "samples" / "wikipedia" / "sample-pages-articles.xml"
+    words = " ".join(re.sub(r"<[^>]+>|[\[\]{}|=']", " ", wiki.read_text(encoding="utf-8")).split()[:3000])
+    rows = [{"text": " ".join(words.split()[i : i + 60]), "title": f"part {i // 60}"} for i in range(0, 3000, 60)]
+    rows[7] = dict(rows[3])  # an exact duplicate
+    inputs = {
+        "jsonl": write_jsonl(tmp_path / "jsonl" / "corpus.jsonl", rows),
+        "parquet": write_parquet(tmp_path / "parquet" / "corpus.parquet", rows, row_group_size=16),
+        "datasets": save_to_disk(tmp_path / "datasets" / "corpus", rows, num_shards=3),
+    }
+    with open(inputs["jsonl"], "a", encoding="utf-8") as f:
+        f.write("{not json\n")
+    made = {}
+    for name, path in inputs.items():
+        out = tmp_path / f"out-{name}"
+        cfg = Config.model_validate(
+            {
+                "run": {"output_dir": str(out), "stages": ["records", "clean", "dedup", "documents"], "direct_running_mode": "in_memory"},
+                "records": {"paths": [str(path)], "title_field": "title"},
+            }
+        )
+        stats = run_build(cfg).stats["records"]
+        made[name] = {p.name: p.read_bytes() for p in (out / "documents").glob("part-*.parquet")}
+        table = pq.read_table(out / "documents")
+        assert table.num_rows == stats.documents == len(rows) - 1, name
+        assert stats.rejects == ({"duplicate": 1, "not_json": 1} if name == "jsonl" else {"duplicate": 1}), name
+        assert stats.inputs == len(rows) + (name == "jsonl"), name
+    assert made["jsonl"] == made["parquet"] == made["datasets"] and made["jsonl"]

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from corpusforge.build import run_build
 from corpusforge.cli import app
 from corpusforge.core.config import load_config
-from corpusforge.core.files import sha256_file
+from corpusforge.core.storage import sha256 as sha256_file
 from corpusforge.shards.verify import verify
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -30,12 +30,12 @@ def shard_dir(tmp_path) -> Path:
 
 def first_shard(directory: Path) -> tuple[Path, object]:
     manifest = read_manifest(directory)
-    return manifest.shard_path(manifest.shards[0]), manifest.shards[0]
+    return Path(manifest.shard_path(manifest.shards[0])), manifest.shards[0]
 
 
 def test_manifest_fields(shard_dir):
     manifest = read_manifest(shard_dir)
-    assert manifest.task == "bert" and manifest.examples == 300 and manifest.root == shard_dir
+    assert manifest.task == "bert" and manifest.examples == 300 and manifest.root == str(shard_dir)
     assert manifest.tokens == int(COLUMNS["length"].astype(np.int64).sum()) == manifest.totals["tokens"]
     assert manifest.arrow_schema() == bert_schema(64, 10, 30522)
 

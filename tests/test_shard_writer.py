@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corpusforge.core.files import sha256_file
+from corpusforge.core import storage
 from corpusforge.shards.format import MANIFEST_NAME, bert_schema, gpt_schema
 from corpusforge.shards.reader import open_shard, read_manifest
 from corpusforge.shards.writer import (
@@ -90,7 +90,7 @@ def test_write_shards_balances_checksums_and_reads_back(tmp_path):
     seen = []
     for entry in read.shards:
         path = read.shard_path(entry)
-        assert entry.sha256 == sha256_file(path) and entry.bytes == path.stat().st_size
+        assert entry.sha256 == storage.sha256(path) and entry.bytes == storage.size(path)
         table = open_shard(path, expected=entry, check_sha=True, schema=read.arrow_schema())
         assert table.column("input_ids").num_chunks == 1  # one record batch: zero-copy columns
         seen.extend(table.column("input_ids").combine_chunks().flatten().to_numpy()[:: SEQ_LEN + 1].tolist())

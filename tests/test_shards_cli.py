@@ -9,14 +9,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from shard_factory import bert_tokenizer_json, gpt_tokenizer_json, random_bert_columns, random_gpt_columns, write_shards
+from shard_factory import (
+    bert_tokenizer_json,
+    gpt_tokenizer_json,
+    random_bert_columns,
+    random_gpt_columns,
+    write_bert_shards_from_sentences,
+    write_shards,
+)
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
 from typer.testing import CliRunner
 
 from corpusforge.core.config import BertConfig, RunConfig, ShardsConfig
 from corpusforge.encoding.vocab import vocab_manifest
-from corpusforge.pipeline.examples_stage import write_bert_shards_from_sentences
 from corpusforge.pipeline.options import pipeline_options
 from corpusforge.shards.cli import app
 from corpusforge.trainer.data import ShardStream

@@ -209,10 +209,10 @@ def test_resume_is_bit_identical(books, tmp_path):
     train(cfg, books["bert-train"], tmp_path / "straight", progress=False)
     train(cfg, books["bert-train"], tmp_path / "resumed", resume=checkpoint_dir(tmp_path / "straight", 4), progress=False)
 
-    straight, resumed = checkpoint_dir(tmp_path / "straight", 8), checkpoint_dir(tmp_path / "resumed", 8)
+    straight, resumed = Path(checkpoint_dir(tmp_path / "straight", 8)), Path(checkpoint_dir(tmp_path / "resumed", 8))
     a, b = load_file(str(straight / WEIGHTS_NAME)), load_file(str(resumed / WEIGHTS_NAME))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    start = load_file(str(checkpoint_dir(tmp_path / "straight", 4) / WEIGHTS_NAME))
+    start = load_file(str(Path(checkpoint_dir(tmp_path / "straight", 4)) / WEIGHTS_NAME))
     assert not all(torch.equal(a[k], start[k]) for k in a)  # the last 4 steps did change the weights
     opt_a = torch.load(straight / OPTIMIZER_NAME, weights_only=True)["state"]
     opt_b = torch.load(resumed / OPTIMIZER_NAME, weights_only=True)["state"]
@@ -255,6 +255,7 @@ def record_examples(monkeypatch) -> tuple[list[int], list[int]]:
 
     Only training batches pass the loop's DataWaitTimer; evaluation also goes through to_model_inputs.
     """
+    import corpusforge.trainer.evaluate as evaluate
     import corpusforge.trainer.loop as loop
 
     trained, converted = [], []
@@ -272,6 +273,7 @@ def record_examples(monkeypatch) -> tuple[list[int], list[int]]:
 
     monkeypatch.setattr(loop, "DataWaitTimer", RecordingTimer)
     monkeypatch.setattr(loop, "to_model_inputs", recording_convert)
+    monkeypatch.setattr(evaluate, "to_model_inputs", recording_convert)
     return trained, converted
 
 
@@ -410,7 +412,8 @@ def test_eval_every_scores_every_held_out_example_during_training(labelled, tmp_
 
 def test_partial_last_batch_counts_by_example(labelled, tmp_path):
     """Means over 30 examples in batches of 8, 8, 8, 6 equal the mean over one batch of 30."""
-    from corpusforge.trainer.loop import HeldOut, World, evaluate
+    from corpusforge.trainer.distributed import World
+    from corpusforge.trainer.evaluate import HeldOut, evaluate
     from corpusforge.trainer.models import build_model, model_config
 
     model = build_model(model_config("bert-tiny", read_manifest(labelled["bert"]).vocab.size)).eval()
@@ -442,7 +445,7 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(labelled, tmp_
     cfg = TrainConfig(model="bert-tiny", steps=4, batch_size=8, num_workers=0, log_every=2, checkpoint_every=2, verify_shards=False)
     run = tmp_path / "run"
     train(cfg, labelled["bert"], run, progress=False)
-    damaged = checkpoint_dir(run, 4) / name
+    damaged = Path(checkpoint_dir(run, 4)) / name
     damage(damaged, how)
     with caplog.at_level(logging.WARNING, logger="corpusforge.trainer.checkpoint"):
         assert resolve_checkpoint(run) == checkpoint_dir(run, 2)
@@ -452,8 +455,8 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(labelled, tmp_
     # a resume from the run directory continues from step 2 and ends where an unbroken run ends
     train(cfg, labelled["bert"], tmp_path / "resumed", resume=run, progress=False)
     train(cfg, labelled["bert"], tmp_path / "straight", progress=False)
-    a = load_file(str(checkpoint_dir(tmp_path / "resumed", 4) / WEIGHTS_NAME))
-    b = load_file(str(checkpoint_dir(tmp_path / "straight", 4) / WEIGHTS_NAME))
+    a = load_file(str(Path(checkpoint_dir(tmp_path / "resumed", 4)) / WEIGHTS_NAME))
+    b = load_file(str(Path(checkpoint_dir(tmp_path / "straight", 4)) / WEIGHTS_NAME))
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -504,6 +507,6 @@ def test_sigterm_writes_a_checkpoint_before_stopping(labelled, tmp_path, monkeyp
     monkeypatch.setattr(loop, "to_model_inputs", convert)
     train(cfg, labelled["bert"], tmp_path / "run", resume=tmp_path / "run", progress=False)
     train(cfg, labelled["bert"], tmp_path / "straight", progress=False)
-    a = load_file(str(checkpoint_dir(tmp_path / "run", 6) / WEIGHTS_NAME))
-    b = load_file(str(checkpoint_dir(tmp_path / "straight", 6) / WEIGHTS_NAME))
+    a = load_file(str(Path(checkpoint_dir(tmp_path / "run", 6)) / WEIGHTS_NAME))
+    b = load_file(str(Path(checkpoint_dir(tmp_path / "straight", 6)) / WEIGHTS_NAME))
     assert all(torch.equal(a[k], b[k]) for k in a)

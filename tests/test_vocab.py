@@ -52,12 +52,12 @@ def held_out(shared_data) -> list[str]:
 
 @pytest.fixture(scope="module")
 def wordpiece_dir(train_texts, tmp_path_factory) -> Path:
-    return train_wordpiece(train_texts, tmp_path_factory.mktemp("wordpiece"), vocab_size=6000)
+    return Path(train_wordpiece(train_texts, tmp_path_factory.mktemp("wordpiece"), vocab_size=6000))
 
 
 @pytest.fixture(scope="module")
 def bpe_dir(train_texts, tmp_path_factory) -> Path:
-    return train_bpe(train_texts, tmp_path_factory.mktemp("bpe"), vocab_size=6000)
+    return Path(train_bpe(train_texts, tmp_path_factory.mktemp("bpe"), vocab_size=6000))
 
 
 def test_wordpiece_layout_matches_bert_base_uncased(wordpiece_dir, shared_data):
@@ -75,7 +75,7 @@ def test_wordpiece_layout_matches_bert_base_uncased(wordpiece_dir, shared_data):
 def test_bert_tokenizer_fast_tokenizes_like_our_tokenizer_json(train_texts, held_out, tmp_path, lowercase):
     directory = train_wordpiece([t[:150_000] for t in train_texts], tmp_path, vocab_size=3000, lowercase=lowercase)
     ours = load_tokenizer(directory)
-    theirs = BertTokenizerFast(str(directory / "vocab.txt"), do_lower_case=lowercase)  # positional: v4 vocab_file, v5 vocab
+    theirs = BertTokenizerFast(os.path.join(directory, "vocab.txt"), do_lower_case=lowercase)  # positional: v4 vocab_file, v5 vocab
     for text in held_out:
         assert theirs(text)["input_ids"] == ours.encode(text).ids
     pair = ours.encode("First part.", "Second part.")
@@ -142,7 +142,7 @@ def test_train_vocab_from_documents_samples_the_parquet_files(shared_data, tmp_p
     first = vocab_sha256(dirs["bpe"])
     again = train_vocab_from_documents(paths, tmp_path / "again", cfg.model_copy(update={"kinds": ["bpe"]}))
     assert vocab_sha256(again["bpe"]) == first  # same sample, same vocabulary
-    (again["bpe"] / "merges.txt").write_text("#version: 0.2\n", encoding="utf-8")
+    Path(again["bpe"], "merges.txt").write_text("#version: 0.2\n", encoding="utf-8")
     assert vocab_sha256(again["bpe"]) != first
 
 

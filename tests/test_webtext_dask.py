@@ -33,7 +33,7 @@ def _config(out: Path, dumps: list[Path], warc_dir: Path, **run: object) -> Conf
 
 def _digests(out: Path) -> dict[str, str]:
     files = output_files(out / "documents") + output_files(out / "rejects")
-    return {f"{f.parent.name}/{f.name}": hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+    return {f"{f.parent.name}/{f.name}": hashlib.sha256(f.read_bytes()).hexdigest() for f in map(Path, files)}
 
 
 def test_webtext_build_on_dask_matches_in_process_replay(shared_data: Path, tmp_path: Path) -> None:

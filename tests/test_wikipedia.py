@@ -9,10 +9,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from corpusforge.corpora.document import Document, Reject, make_id
 from corpus_factory import build_multistream
 
+from corpusforge.corpora.document import Document, Reject, make_id
 from corpusforge.corpora.wikipedia import DumpRange, plan_ranges, read_range, read_stream_offsets
 
 ENWIKI = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"

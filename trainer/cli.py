@@ -8,7 +8,9 @@ from typing import Annotated, Optional
 import typer
 from pydantic import ValidationError
 
+from corpusforge.core import storage
 from corpusforge.core.config import FinetuneConfig, TrainConfig, load_config
+from corpusforge.core.layout import Layout
 from corpusforge.shards.reader import ShardError, read_manifest
 
 # rich_markup_mode=None: plain help, so "[train]" is not eaten as markup and long help wraps instead of "…"
@@ -30,8 +32,8 @@ def fail(message: str) -> None:
 
 @app.command("train")
 def train_command(
-    shards: Annotated[Path, typer.Option("--shards", help="training shard directory (holds manifest.json)")],
-    out: Annotated[Optional[Path], typer.Option("--out", help="run directory (default: <run.output_dir>/train/<model>)")] = None,
+    shards: Annotated[str, typer.Option("--shards", help="training shard directory (holds manifest.json)")],
+    out: Annotated[Optional[str], typer.Option("--out", help="run directory (default: <run.output_dir>/train/<model>)")] = None,
     model: Annotated[
         Optional[str],
         typer.Option(
@@ -47,7 +49,7 @@ def train_command(
     lr: Annotated[Optional[float], typer.Option(help="peak learning rate [default: the family's recipe]")] = None,
     warmup_steps: Annotated[Optional[int], typer.Option(help="linear warm-up steps [default: 1% of the steps]")] = None,
     eval_shards: Annotated[
-        Optional[Path],
+        Optional[str],
         typer.Option(
             "--eval-shards", help="held-out shard directory evaluated at the end [default: the last train.holdout_examples of --shards]"
         ),
@@ -59,11 +61,11 @@ def train_command(
     eval_every: Annotated[
         Optional[int], typer.Option("--eval-every", help="evaluate the whole held-out set every N steps" + _default("eval_every"))
     ] = None,
-    resume: Annotated[Optional[Path], typer.Option(help="checkpoint directory, or a run directory (its newest checkpoint)")] = None,
+    resume: Annotated[Optional[str], typer.Option(help="checkpoint directory, or a run directory (its newest checkpoint)")] = None,
     compile: Annotated[Optional[bool], typer.Option("--compile/--no-compile", help="torch.compile on CUDA" + _default("compile"))] = None,
     device: Annotated[Optional[str], typer.Option(help="cuda or cpu [default: cuda when available]")] = None,
     vocab: Annotated[
-        Optional[Path],
+        Optional[str],
         typer.Option(
             "--vocab", help="vocabulary directory or tokenizer.json, when the shards were moved without the one their manifest names"
         ),
@@ -97,7 +99,7 @@ def train_command(
         }
         values = {**cfg.train.model_dump(), **{k: v for k, v in given.items() if v is not None}}
         train_cfg = TrainConfig.model_validate({**values, "task": get_size(values["model"]).family})
-        run_dir = out or cfg.run.output_dir / "train" / train_cfg.model
+        run_dir = out or Layout.at(cfg.run.output_dir).train(train_cfg.model)
         train(train_cfg, shards, run_dir, eval_shards=eval_shards, resume=resume, device=device)
     except ValidationError as error:
         fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()))
@@ -111,8 +113,8 @@ def train_command(
 
 @app.command("export")
 def export_command(
-    checkpoint: Annotated[Path, typer.Argument(help="checkpoint directory, or a run directory (its newest checkpoint)")],
-    out: Annotated[Path, typer.Argument(help="output directory")],
+    checkpoint: Annotated[str, typer.Argument(help="checkpoint directory, or a run directory (its newest checkpoint)")],
+    out: Annotated[str, typer.Argument(help="output directory")],
     format: Annotated[str, typer.Option("--format", help="hf: a transformers directory")] = "hf",
     force: Annotated[bool, typer.Option("--force", help="replace a previous export in OUT (never other files)")] = False,
 ) -> None:
@@ -130,10 +132,10 @@ def export_command(
 
 @app.command("finetune")
 def finetune_command(
-    checkpoint: Annotated[Path, typer.Argument(help="BERT checkpoint directory, or a run directory (its newest checkpoint)")],
+    checkpoint: Annotated[str, typer.Argument(help="BERT checkpoint directory, or a run directory (its newest checkpoint)")],
     task: Annotated[str, typer.Option("--task", help="sst2 | cola | mrpc")],
-    glue_dir: Annotated[Path, typer.Option("--glue-dir", help="folder holding SST-2/, CoLA/, MRPC/ in GLUE's original format")],
-    out: Annotated[Path, typer.Option("--out", help="folder for results.json and dev_curve.png")],
+    glue_dir: Annotated[str, typer.Option("--glue-dir", help="folder holding SST-2/, CoLA/, MRPC/ in GLUE's original format")],
+    out: Annotated[str, typer.Option("--out", help="folder for results.json and dev_curve.png")],
     epochs: Annotated[int, typer.Option(help="passes over the training set")] = FinetuneConfig().epochs,
     lr: Annotated[float, typer.Option(help="peak learning rate (miniatures: 1e-4, 5e-5 or 3e-5)")] = FinetuneConfig().lr,
     batch_size: Annotated[int, typer.Option(help="examples per step")] = FinetuneConfig().batch_size,
@@ -165,12 +167,12 @@ def finetune_command(
     except (ValueError, FileNotFoundError) as error:
         fail(str(error))
     figures = ", ".join(f"{k} {v:.4f}" for k, v in results["dev_metrics"].items())
-    typer.echo(f"{results['task']} dev ({results['dev_examples']} examples): {figures}; written to {out / 'results.json'}")
+    typer.echo(f"{results['task']} dev ({results['dev_examples']} examples): {figures}; written to {storage.join(out, 'results.json')}")
 
 
 @app.command("generate")
 def generate_command(
-    checkpoint: Annotated[Path, typer.Argument(help="GPT checkpoint directory, or a run directory (its newest checkpoint)")],
+    checkpoint: Annotated[str, typer.Argument(help="GPT checkpoint directory, or a run directory (its newest checkpoint)")],
     prompt: Annotated[str, typer.Option("--prompt", help="text to continue")],
     max_new_tokens: Annotated[int, typer.Option(help="tokens to sample")] = 100,
     temperature: Annotated[float, typer.Option(help="softmax temperature (below 1: more conservative)")] = 1.0,

@@ -168,7 +168,9 @@ def check_target(out_dir: str, force: bool) -> list[str]:
     written = set(storage.read_json(record)["files"]) | {EXPORT_RECORD}
     foreign = [name for name in present if name not in written]
     if foreign:
-        raise ValueError(f"{storage.join(out_dir, foreign[0])}: not written by the previous export; it is left alone, so the export is refused")
+        raise ValueError(
+            f"{storage.join(out_dir, foreign[0])}: not written by the previous export; it is left alone, so the export is refused"
+        )
     return [storage.join(out_dir, name) for name in present]
 
 

@@ -23,8 +23,8 @@ from tokenizers import Tokenizer
 from torch import nn
 from tqdm import tqdm
 
-from corpusforge.core.config import FinetuneConfig
 from corpusforge.core import storage
+from corpusforge.core.config import FinetuneConfig
 from corpusforge.trainer.checkpoint import WEIGHTS_NAME, load_weights, read_state, resolve_checkpoint, run_tokenizer
 from corpusforge.trainer.device import autocast, pick_device
 from corpusforge.trainer.glue import Example, encode, get_task, load_task, score, subset
@@ -76,7 +76,10 @@ def finetune(
     checkpoint: storage.PathLike,
     glue_dir: storage.PathLike,
     out_dir: storage.PathLike,
-    cfg: FinetuneConfig, *, device: str | None = None, progress: bool = True
+    cfg: FinetuneConfig,
+    *,
+    device: str | None = None,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Train the classifier, score dev after every epoch; writes OUT/results.json, dev_predictions.txt, dev_curve.png."""
     task = get_task(cfg.task)
