@@ -96,17 +96,17 @@ def main() -> None:
 
         references = {
             "wordpiece": (
-                Tokenizer.from_file(str(wp_dir / "tokenizer.json")),
+                Tokenizer.from_file(str(Path(wp_dir) / "tokenizer.json")),
                 BertWordPieceTokenizer(str(SHARED / "vocab" / "bert-base-uncased" / "vocab.txt"), lowercase=True),
             ),
             "bpe": (
-                Tokenizer.from_file(str(bpe_dir / "tokenizer.json")),
+                Tokenizer.from_file(str(Path(bpe_dir) / "tokenizer.json")),
                 ByteLevelBPETokenizer(str(SHARED / "vocab" / "gpt2" / "vocab.json"), str(SHARED / "vocab" / "gpt2" / "merges.txt")),
             ),
         }
         ours_vocab = {
-            "wordpiece": set((wp_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()),
-            "bpe": set(json.loads((bpe_dir / "vocab.json").read_text(encoding="utf-8"))),
+            "wordpiece": set((Path(wp_dir) / "vocab.txt").read_text(encoding="utf-8").splitlines()),
+            "bpe": set(json.loads((Path(bpe_dir) / "vocab.json").read_text(encoding="utf-8"))),
         }
         print(f"\n{'vocabulary':12}{'size':>8}{'original':>10}{'overlap':>9}{'of ours':>9}   fertility (tokens/word) ours vs original")
         for kind, (ours, original) in references.items():

@@ -5,8 +5,8 @@ failures as ``metadata`` records whose JSON payload carries the reject reason. T
 asked for travels in ``WARC-Corpusforge-Request-URI`` (the target URI is the final hop), so a
 replay finds a capture by the URL it would have fetched. Foreign WARCs (wget, Common Crawl) replay
 by their target URI. The index can key captures canonically, so that a page captured under another
-spelling (parameter order, an empty parameter, a ``#fragment``) is still found. Files are written under a temporary name and renamed when complete
-(``corpusforge.core.storage.writing``), so any path may be a local one or a URI.
+spelling (parameter order, an empty parameter, a ``#fragment``) is still found. A file appears only
+once complete (``corpusforge.core.storage.writing``), at a local path or a URI.
 """
 
 from __future__ import annotations
