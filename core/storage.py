@@ -56,6 +56,13 @@ def resolve(path: PathLike) -> str:
     return text.rstrip("/")
 
 
+def _local(path: PathLike) -> str:
+    """A local path as the OS takes it: ``file://`` dropped, ``~`` expanded (no realpath: that costs more
+    than opening and reading a small file)."""
+    text = os.fspath(path)
+    return os.path.expanduser(text.removeprefix("file://"))
+
+
 def join(base: PathLike, *parts: str) -> str:
     base = os.fspath(base)
     return os.path.join(base, *parts) if is_local(base) else posixpath.join(base, *parts)
@@ -91,7 +98,9 @@ def filesystem(path: PathLike) -> tuple[Any, str]:
     """(fsspec filesystem, path inside it): for libraries that take a filesystem object (pyarrow, Beam)."""
     import fsspec.core
 
-    return fsspec.core.url_to_fs(os.fspath(path))
+    fs, inner = fsspec.core.url_to_fs(os.fspath(path))
+    fs.invalidate_cache()  # other processes write the same store: a listing remembered from before may be stale
+    return fs, inner
 
 
 def arrow_filesystem(path: PathLike) -> tuple[Any, str]:
@@ -99,7 +108,7 @@ def arrow_filesystem(path: PathLike) -> tuple[Any, str]:
     import pyarrow.fs as pafs
 
     if is_local(path):
-        return pafs.LocalFileSystem(), resolve(path)
+        return pafs.LocalFileSystem(), os.path.abspath(_local(path))
     fs, inner = filesystem(path)
     return pafs.PyFileSystem(pafs.FSSpecHandler(fs)), inner
 
@@ -112,14 +121,14 @@ def arrow_input(path: PathLike) -> Any:
     import pyarrow as pa
 
     if is_local(path):
-        return pa.memory_map(resolve(path), "r")
+        return pa.memory_map(_local(path), "r")
     return pa.PythonFile(open_file(path, "rb"), mode="r")
 
 
 def open_file(path: PathLike, mode: str = "rb", **kwargs: Any) -> IO:
     """Open for reading or appending; whole-file writes go through ``writing`` (atomic)."""
     if is_local(path):
-        return open(resolve(path), mode, **kwargs)
+        return open(_local(path), mode, **kwargs)
     fs, inner = filesystem(path)
     return fs.open(inner, mode, **kwargs)
 
@@ -139,35 +148,35 @@ def read_json(path: PathLike) -> Any:
 
 def exists(path: PathLike) -> bool:
     if is_local(path):
-        return os.path.exists(resolve(path))
+        return os.path.exists(_local(path))
     fs, inner = filesystem(path)
     return fs.exists(inner)
 
 
 def is_file(path: PathLike) -> bool:
     if is_local(path):
-        return os.path.isfile(resolve(path))
+        return os.path.isfile(_local(path))
     fs, inner = filesystem(path)
     return fs.isfile(inner)
 
 
 def is_dir(path: PathLike) -> bool:
     if is_local(path):
-        return os.path.isdir(resolve(path))
+        return os.path.isdir(_local(path))
     fs, inner = filesystem(path)
     return fs.isdir(inner)
 
 
 def size(path: PathLike) -> int:
     if is_local(path):
-        return os.path.getsize(resolve(path))
+        return os.path.getsize(_local(path))
     fs, inner = filesystem(path)
     return int(fs.size(inner))
 
 
 def mtime_ns(path: PathLike) -> int | None:
     """Modification time in ns where the store keeps one (local files), else None."""
-    return os.stat(resolve(path)).st_mtime_ns if is_local(path) else None
+    return os.stat(_local(path)).st_mtime_ns if is_local(path) else None
 
 
 def _full(path: str, found: str) -> str:
@@ -179,7 +188,7 @@ def _full(path: str, found: str) -> str:
 def listdir(path: PathLike) -> list[str]:
     """The sorted full paths directly inside a folder (empty when there is none)."""
     if is_local(path):
-        root = resolve(path)
+        root = _local(path)
         return sorted(os.path.join(root, entry) for entry in os.listdir(root)) if os.path.isdir(root) else []
     fs, inner = filesystem(path)
     if not fs.isdir(inner):
@@ -202,7 +211,7 @@ def files_under(root: PathLike) -> list[str]:
     """Every finished file below a folder, sorted (an atomic writer's temporaries left out)."""
     root = os.fspath(root)
     if is_local(root):
-        top = resolve(root)
+        top = _local(root)
         found = [os.path.join(folder, f) for folder, _, files in os.walk(top) for f in files]
     else:
         fs, inner = filesystem(root)
@@ -221,18 +230,13 @@ def sha256(path: PathLike) -> str:
 def makedirs(path: PathLike) -> None:
     """Create a folder and its parents (object stores have no folders: nothing to do there)."""
     if is_local(path):
-        os.makedirs(resolve(path), exist_ok=True)
+        os.makedirs(_local(path), exist_ok=True)
 
 
 @contextmanager
 def writing(path: PathLike, mode: str = "wb") -> Iterator[IO]:
     """A handle whose bytes appear at ``path`` only when the block ends without an exception."""
-    if not is_local(path):
-        fs, inner = filesystem(path)
-        with fs.open(inner, mode) as handle:  # an object appears only when it is closed
-            yield handle
-        return
-    with local_output(path) as temp, open(temp, mode) as handle:
+    with local_output(path) as temp, open(temp, mode) as handle:  # an object store: uploaded once finished
         yield handle
 
 
@@ -246,7 +250,7 @@ def local_output(path: PathLike, suffix: str = "") -> Iterator[str]:
     caller's decision: a rename only replaces a missing or empty one.
     """
     if is_local(path):
-        target = resolve(path)
+        target = _local(path)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         temp = temp_name(target, suffix)
         try:
@@ -265,7 +269,7 @@ def local_output(path: PathLike, suffix: str = "") -> Iterator[str]:
 def upload(local: str, path: PathLike) -> None:
     """Copy a finished local file or folder to ``path``."""
     if is_local(path):
-        target = resolve(path)
+        target = _local(path)
         if os.path.isdir(local):
             shutil.copytree(local, target, dirs_exist_ok=True)
         else:
@@ -299,7 +303,7 @@ def write_json(path: PathLike, data: Any) -> str:
 def rename(source: PathLike, target: PathLike) -> None:
     """Move a file into place (a rename locally; a copy then delete on object stores)."""
     if is_local(source):
-        os.replace(resolve(source), resolve(target))
+        os.replace(_local(source), _local(target))
         return
     fs, inner = filesystem(source)
     fs.mv(inner, filesystem(target)[1])
@@ -309,7 +313,7 @@ def remove(path: PathLike) -> None:
     """Delete one file; a missing one is not an error."""
     if is_local(path):
         try:
-            os.unlink(resolve(path))
+            os.unlink(_local(path))
         except FileNotFoundError:
             pass
         return
@@ -321,7 +325,7 @@ def remove(path: PathLike) -> None:
 def remove_tree(path: PathLike) -> None:
     """Delete a folder and everything below it; a missing one is not an error."""
     if is_local(path):
-        shutil.rmtree(resolve(path), ignore_errors=True)
+        shutil.rmtree(_local(path), ignore_errors=True)
         return
     fs, inner = filesystem(path)
     if fs.exists(inner):
@@ -345,16 +349,24 @@ class LockedError(ValueError):
     """Another process holds the lock."""
 
 
+LEASE_S = 120.0  # an object-store lock not renewed for this long was left by a killed launcher
+RENEW_S = 20.0
+
+
 @contextmanager
 def lock(path: PathLike) -> Iterator[None]:
     """Hold an exclusive lock named by ``path`` for the block, or raise ``LockedError`` at once.
 
-    Locally an advisory ``flock``: the kernel drops it when the holder dies, so a killed build never
-    leaves a stale lock behind.
+    Locally an advisory ``flock``: the kernel drops it when the holder dies. On an object store a lease
+    object created only if absent (S3 ``If-None-Match``, fsspec's exclusive ``xb`` mode), renewed every
+    ``RENEW_S`` seconds while held and deleted at the end; a lease not renewed for ``LEASE_S`` seconds
+    (its holder was killed) is taken over, by one taker only: each stale lease can be claimed once.
     """
     if not is_local(path):
-        raise NotImplementedError(f"no lock for {scheme(path)}:// folders yet")
-    target = resolve(path)
+        with _lease(os.fspath(path)):
+            yield
+        return
+    target = _local(path)
     os.makedirs(os.path.dirname(target), exist_ok=True)
     with open(target, "a+") as handle:
         try:
@@ -362,6 +374,59 @@ def lock(path: PathLike) -> Iterator[None]:
         except BlockingIOError:
             raise LockedError(target) from None
         yield
+
+
+def create_exclusive(path: PathLike, data: bytes) -> bool:
+    """Write ``data`` at ``path`` only if nothing is there; False when something is."""
+    if is_local(path):
+        try:
+            with open(_local(path), "xb") as handle:
+                handle.write(data)
+            return True
+        except FileExistsError:
+            return False
+    fs, inner = filesystem(path)
+    try:
+        with fs.open(inner, "xb") as handle:
+            handle.write(data)
+        return True
+    except FileExistsError:
+        return False
+
+
+@contextmanager
+def _lease(path: str) -> Iterator[None]:
+    import threading
+    import time
+
+    holder = uuid.uuid4().hex
+    lease = lambda: json.dumps({"holder": holder, "renewed": time.time()}).encode()  # noqa: E731
+    if not create_exclusive(path, lease()):
+        try:
+            current = read_json(path)
+        except (OSError, ValueError):
+            raise LockedError(path) from None
+        if time.time() - float(current.get("renewed", 0)) < LEASE_S:
+            raise LockedError(path)
+        claim = f"{path}.taken-{current.get('holder')}-{current.get('renewed')}"
+        if not create_exclusive(claim, holder.encode()):
+            raise LockedError(path)
+        write_bytes(path, lease())
+        remove(claim)
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(RENEW_S):
+            write_bytes(path, lease())
+
+    renewer = threading.Thread(target=renew, daemon=True, name="lease-renewal")
+    renewer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        renewer.join()
+        remove(path)
 
 
 def normpath(path: PathLike) -> str:
@@ -385,7 +450,7 @@ def arrow_input_unmapped(path: PathLike) -> Any:
     import pyarrow as pa
 
     if is_local(path):
-        return pa.OSFile(resolve(path), "rb")
+        return pa.OSFile(_local(path), "rb")
     return pa.PythonFile(open_file(path, "rb"), mode="r")
 
 
@@ -407,7 +472,7 @@ def walk(root: PathLike) -> list[str]:
     """Every file and folder below ``root``, temporaries included, sorted (for sweeping a killed build's debris)."""
     root = os.fspath(root)
     if is_local(root):
-        top = resolve(root)
+        top = _local(root)
         return sorted(os.path.join(folder, entry) for folder, dirs, files in os.walk(top) for entry in [*dirs, *files])
     fs, inner = filesystem(root)
     return (

@@ -1,4 +1,4 @@
-"""Package versions for the run manifest (its inputs and outputs come from the stage markers: ``corpusforge.stages``)."""
+"""Package versions for the run manifest (its inputs and outputs come from the stage markers: ``corpusforge.markers``)."""
 
 from __future__ import annotations
 
