@@ -262,7 +262,10 @@ class RecordsConfig(Section):
         description="files or folders: .jsonl/.json (optionally .gz or .zst), .parquet, or a datasets save_to_disk folder; relative to the configuration file",
     )
     text_field: str = Field("text", description="the field holding each record's text")
-    id_field: str | None = Field(None, description="the field holding a stable record key; unset: the entry's name (without format suffixes) and the record's position in it")
+    id_field: str | None = Field(
+        None,
+        description="the field holding a stable record key; unset: the entry's name (without format suffixes) and the record's position in it",
+    )
     title_field: str | None = Field(None, description="the field holding a title, if any")
 
 

@@ -5,6 +5,7 @@ OUT/
   vocab/<kind>/                                      the vocab stage (wordpiece, bpe)
   shards/<format>/                                   the example stages (bert, gpt)
   train/<model>/                                     the train stage
+  webtext/warc/                                      WebText's WARC captures (unless webtext.warc_dir)
   manifest.json, report.html                         the run's summary, removed first and written last
   .stages/<stage>.json, .stages/build.lock           stage markers, the single-writer lock
   .work/<stage>/                                     spill, shuffle and sort files of a running stage
@@ -59,6 +60,11 @@ class Layout:
     @property
     def shards_root(self) -> str:
         return self.path("shards")
+
+    @property
+    def captures(self) -> str:
+        """WebText's WARC captures of fetched pages (``webtext.warc_dir`` moves them)."""
+        return self.path("webtext", "warc")
 
     def train(self, model: str) -> str:
         return self.path("train", model)

@@ -460,11 +460,7 @@ def arrow_output(path: PathLike) -> Iterator[Any]:
     bytes appear at ``path`` only when the block ends normally."""
     import pyarrow as pa
 
-    if not is_local(path):
-        with writing(path) as handle:
-            yield pa.PythonFile(handle, mode="w")
-        return
-    with local_output(path) as temp, pa.OSFile(temp, "wb") as sink:
+    with local_output(path) as temp, pa.OSFile(temp, "wb") as sink:  # an object store: uploaded once finished
         yield sink
 
 

@@ -14,7 +14,8 @@ import apache_beam as beam
 
 from corpusforge.core import storage
 from corpusforge.core.config import CleanConfig, NearDedupConfig
-from corpusforge.pipeline.steps import ExactDedup, WriteDocuments, WriteRejects, split_kinds, write_counters
+from corpusforge.pipeline.counters import write_counters
+from corpusforge.pipeline.steps import ExactDedup, WriteDocuments, WriteRejects, split_kinds
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from collections import Counter
 import apache_beam as beam
 
 from corpusforge.core.config import Config
+from corpusforge.pipeline.counters import COUNTERS
 from corpusforge.pipeline.documents_job import ReadContext
 from corpusforge.pipeline.steps import (
-    COUNTERS,
     ReadCleanSpill,
     WikipediaReader,
     book_tasks,

@@ -27,7 +27,6 @@ from corpusforge.corpora.clean import Cleaner
 from corpusforge.corpora.document import Document, Reject
 from corpusforge.corpora.wikipedia import plan_ranges, read_range
 from corpusforge.pipeline.counters import COUNTERS, only
-from corpusforge.pipeline.counters import write_counters as write_counters  # the documents job imports it from here
 from corpusforge.pipeline.document_spill import DocRef, RefMaker, gather_part, scatter
 from corpusforge.pipeline.documents_io import PART_PATTERN, part_of, rejects_table, write_table_atomic
 from corpusforge.pipeline.file_shuffle import FileGroupByKey

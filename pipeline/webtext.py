@@ -35,7 +35,7 @@ TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 
 def warc_dir_of(cfg: Config) -> str:
     """The capture folder: ``webtext.warc_dir``, else ``webtext/warc`` in the output folder."""
-    return cfg.webtext.warc_dir or Layout.at(cfg.run.output_dir).path("webtext", "warc")
+    return cfg.webtext.warc_dir or Layout.at(cfg.run.output_dir).captures
 
 
 def link_reject(link: Link, reason: str, detail: str = "") -> Reject:

@@ -38,7 +38,7 @@ def digests(out: Path) -> dict[str, str]:
     return {
         f"{p.parent.name}/{p.name}": hashlib.sha256(p.read_bytes()).hexdigest()
         for sub in ("documents", "rejects")
-        for p in output_files(out / sub)
+        for p in map(Path, output_files(out / sub))
     }
 
 
@@ -80,7 +80,7 @@ def test_references_read_back_share_their_file_strings(tmp_path: Path) -> None:
 def test_parts_are_sized_by_bytes(small_books: Path, tmp_path: Path) -> None:
     part_bytes = 100_000
     result = build(tmp_path / "out", small_books, 'run.direct_running_mode="in_memory"', f"run.part_bytes={part_bytes}")
-    parts = output_files(tmp_path / "out" / "documents")
+    parts = [Path(p) for p in output_files(tmp_path / "out" / "documents")]
     total = sum(s.bytes for s in result.stats.values())
     assert len(parts) == math.ceil(total / part_bytes) > 3
     assert all(p.name.endswith(f"-of-{len(parts):05d}.parquet") for p in parts)

@@ -7,6 +7,7 @@ the MLM decoder, which only runs on the masked positions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import Any
@@ -52,20 +53,23 @@ def gpt_counts(out: dict[str, torch.Tensor], targets: torch.Tensor) -> torch.Ten
 
 
 class MetricsLog:
-    """One record per log interval to ``metrics.jsonl`` and TensorBoard (rank 0 only).
-
-    TensorBoard writes its event files itself, by path (its own file layer reads ``s3://`` and ``gs://``).
-    """
+    """One record per log interval to ``metrics.jsonl`` and TensorBoard (rank 0 only)."""
 
     def __init__(self, run_dir: storage.PathLike, enabled: bool = True) -> None:
         self.enabled = enabled
         self.path = storage.join(run_dir, "metrics.jsonl")
         self.writer = None
+        self._uploads = contextlib.ExitStack()
         if enabled:
             from torch.utils.tensorboard import SummaryWriter
 
             storage.makedirs(run_dir)
-            self.writer = SummaryWriter(log_dir=storage.join(run_dir, "tensorboard"))
+            self.writer = SummaryWriter(log_dir=self._event_folder(storage.join(run_dir, "tensorboard")))
+
+    def _event_folder(self, folder: str) -> str:
+        """Where TensorBoard appends its event files by path: the run folder's own locally; for a URI a local
+        folder uploaded there when the log closes."""
+        return folder if storage.is_local(folder) else self._uploads.enter_context(storage.local_output(folder))
 
     def log(self, step: int, record: dict[str, Any], prefix: str = "train") -> None:
         if not self.enabled:
@@ -79,6 +83,7 @@ class MetricsLog:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        self._uploads.close()
 
 
 def read_log(path: storage.PathLike) -> list[dict[str, Any]]:
