@@ -66,7 +66,7 @@ def run_build(cfg: Config, force: bool = False) -> BuildResult:
         if not current:
             for path in (layout.manifest, layout.report):
                 storage.remove(path)
-        leftovers = remove_leftovers(layout, cfg)
+        leftovers = remove_leftovers(layout, cfg, plan)
         if leftovers:
             log.warning("removed what an interrupted build left: %s", ", ".join(layout.relative(p) for p in leftovers))
         markers = run_stages(cfg, plan, result)
@@ -82,15 +82,19 @@ def run_build(cfg: Config, force: bool = False) -> BuildResult:
     return result
 
 
-def remove_leftovers(layout: Layout, cfg: Config) -> list[str]:
-    """Spill folders and half-written files of a killed build, all under names only the build uses."""
-    found = [layout.temp] if storage.is_dir(layout.temp) else []
+def remove_leftovers(layout: Layout, cfg: Config, plan: Plan) -> list[str]:
+    """Spill folders and half-written files of a killed build, all under names only the build uses. The work
+    folder of a resumable stage that runs again is kept: the stage decides what in it it can reuse."""
+    kept = {storage.name(layout.work(s.name)) for s in STAGES if s.resumes and plan.runs(s.name) and not plan.force}
+    found = [path for path in storage.listdir(layout.temp) if storage.name(path) not in kept]
     folders = [layout.out, layout.markers, *(folder for stage in STAGES for folder in stage.folders(layout, cfg))]
     for folder in folders:
         entries = storage.listdir(folder) if folder == layout.out else storage.walk(folder)
         found += [path for path in entries if storage.is_temporary(path) or _SORT_DIR.match(storage.name(path))]
     for path in found:
         storage.remove_tree(path) if storage.is_dir(path) else storage.remove(path)
+    if storage.is_dir(layout.temp) and not storage.listdir(layout.temp):
+        storage.remove_tree(layout.temp)
     return found
 
 

@@ -13,6 +13,7 @@ its section, and one ``example_stage`` line below.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,7 @@ from corpusforge.core.config import Config
 from corpusforge.core.layout import Layout
 from corpusforge.markers import Marker, describe_outputs, digest
 from corpusforge.pipeline.documents_job import DocumentsJob, ReadContext, Removal, run_documents_job
+from corpusforge.pipeline.options import shuffles_through_launcher
 from corpusforge.pipeline.sources import (
     books_inputs,
     read_books,
@@ -82,6 +84,7 @@ def documents_job(cfg: Config, layout: Layout, parts: list[str]) -> DocumentsJob
         work=layout.work("documents"),
         part_bytes=cfg.run.part_bytes,
         reject_parts=cfg.run.reject_parts,
+        file_shuffle=shuffles_through_launcher(cfg.run),
     )
 
 
@@ -128,6 +131,7 @@ class Stage:
     live: Callable[[Layout], dict[str, int]] = lambda layout: {}
     warnings: Callable[[Config, dict[str, Any]], list[str]] = lambda cfg, figures: []
     inputs: Callable[[Config, list[str]], list[str]] | None = None  # input files, for a stage reading outside OUT
+    resumes: bool = False  # its work folder outlives a killed build: the stage decides what in it to reuse
 
 
 # documents
@@ -152,7 +156,8 @@ def _run_documents(ctx: Context) -> Outcome:
 
     layout = ctx.layout
     job = documents_job(ctx.cfg, layout, documents_parts(ctx.cfg.run.stages))
-    counters = run_documents_job(pipeline_options(ctx.cfg.run), job)
+    made_from = f"force-{uuid.uuid4().hex}" if ctx.force else ctx.fingerprint  # --force: no finished task is reused
+    counters, finished = run_documents_job(pipeline_options(ctx.cfg.run), job, made_from)
     release_freed_memory()
     stats = collect_stats(layout.documents, layout.rejects)
     check_accounting(counters, stats)
@@ -163,7 +168,8 @@ def _run_documents(ctx: Context) -> Outcome:
         storage.remove_tree(layout.temp)
     outputs = describe_outputs(layout, output_files(layout.documents) + output_files(layout.rejects), checksums=True)
     documents = [entry for entry in outputs if storage.is_inside(layout.path(entry["path"]), layout.documents)]
-    return Outcome(outputs, digests={"documents": digest(documents)}, data={"stats": stats_to_json(stats), "counters": counters})
+    note = f"; resumed: {finished:,} read tasks were already done" if finished else ""
+    return Outcome(outputs, digests={"documents": digest(documents)}, data={"stats": stats_to_json(stats), "counters": counters}, note=note)
 
 
 def _documents_figures(layout: Layout, marker: Marker) -> dict[str, Any]:
@@ -199,6 +205,7 @@ DOCUMENTS = Stage(
     live=_documents_live,
     warnings=_documents_warnings,
     inputs=_documents_inputs,
+    resumes=True,
 )
 
 

@@ -25,6 +25,7 @@ class ReadContext:
     spill: str
     clean: CleanConfig | None
     near: NearDedupConfig | None
+    completions: str  # where a finished read task records its output (webtext batches are not tasks: they do not)
 
 
 # (pipeline, read context) -> the PCollections a source adds, in ReadCleanSpill's (kind, value) shape
@@ -52,6 +53,7 @@ class DocumentsJob:
     work: str  # spill, shuffle and scatter files of this job, removed by the caller when it ends
     part_bytes: int
     reject_parts: int
+    file_shuffle: bool  # per-document shuffles through files (in-process runners); else the runner's own
 
     @property
     def counters(self) -> str:
@@ -60,8 +62,8 @@ class DocumentsJob:
 
 def documents_graph(p: beam.Pipeline, job: DocumentsJob) -> None:
     """Every input record ends as a document or a reject; counters of each stream go to ``job.counters``."""
-    shuffle = storage.join(job.work, "shuffle")
-    context = ReadContext(storage.join(job.work, "spill"), job.clean, job.near_dedup)
+    shuffle = storage.join(job.work, "shuffle") if job.file_shuffle else None
+    context = ReadContext(storage.join(job.work, "spill"), job.clean, job.near_dedup, storage.join(job.work, "completions"))
     reads = [pcoll for read in job.reads for pcoll in read(p, context)]
     refs, rejects, read_counters = split_kinds(reads | "AllSources" >> beam.Flatten(), "Read")
     reject_streams = [rejects]
@@ -81,7 +83,7 @@ def documents_graph(p: beam.Pipeline, job: DocumentsJob) -> None:
     write_counters({"read": read_counters, "documents": document_counters, "rejects": reject_counters}, job.counters)
 
 
-def remove_reference_source(refs: beam.PCollection, reject_streams: list, removal: Removal, shuffle: str) -> beam.PCollection:
+def remove_reference_source(refs: beam.PCollection, reject_streams: list, removal: Removal, shuffle: str | None) -> beam.PCollection:
     """Drop pages of one source that are on, or near-duplicate, another (WebText pages on Wikipedia)."""
     from corpusforge.pipeline.near_dedup import KEPT, REJECTS, WikipediaRemoval
 
@@ -94,12 +96,24 @@ def remove_reference_source(refs: beam.PCollection, reject_streams: list, remova
     return (removal[KEPT], others) | "WithoutWikipedia" >> beam.Flatten()
 
 
-def run_documents_job(options: beam.options.pipeline_options.PipelineOptions, job: DocumentsJob) -> dict[str, dict[str, int]]:
-    """Run the job to the end; its counters (``{stream: {name: count}}``, empty when it wrote none)."""
-    for folder in (job.documents, job.rejects, job.work):
+def run_documents_job(options: beam.options.pipeline_options.PipelineOptions, job: DocumentsJob, made_from: str) -> tuple[dict, int]:
+    """Run the job to the end: (its counters ``{stream: {name: count}}``, read tasks found already done).
+
+    The work folder of a run that stopped is kept when it was made from the same ``made_from`` (a
+    fingerprint): its finished read tasks and their spill files are reused, everything after the reads
+    runs again. Otherwise the folder starts empty.
+    """
+    stamp = storage.join(job.work, "made-from.json")
+    resumable = storage.is_file(stamp) and storage.read_json(stamp).get("fingerprint") == made_from
+    for folder in [job.documents, job.rejects] + ([storage.join(job.work, n) for n in ("shuffle", "scatter")] if resumable else [job.work]):
         storage.remove_tree(folder)
+    storage.remove(job.counters)
+    for folder in (job.documents, job.rejects, job.work):
         storage.makedirs(folder)
+    if not resumable:
+        storage.write_json(stamp, {"fingerprint": made_from})
+    finished = len(storage.listdir(storage.join(job.work, "completions")))
     pipeline = beam.Pipeline(options=options)
     documents_graph(pipeline, job)
     pipeline.run().wait_until_finish()
-    return storage.read_json(job.counters) if storage.is_file(job.counters) else {}
+    return (storage.read_json(job.counters) if storage.is_file(job.counters) else {}), finished

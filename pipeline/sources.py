@@ -33,7 +33,7 @@ def read_books(cfg: Config, p: beam.Pipeline, context: ReadContext) -> list[beam
     listed: Counter[str] = Counter()  # a book is one input, counted where the files are listed
     tasks = book_tasks(cfg.books, listed)
     return [
-        read_tasks(p, "books", tasks, read_book_task, context.spill, context.clean, context.near),
+        read_tasks(p, "books", tasks, read_book_task, context.spill, context.clean, context.near, context.completions),
         p | "BooksListed" >> beam.Create([(COUNTERS, {"books.inputs": listed["inputs"]})]),
     ]
 
@@ -44,7 +44,9 @@ def wikipedia_inputs(cfg: Config) -> list[str]:
 
 def read_wikipedia(cfg: Config, p: beam.Pipeline, context: ReadContext) -> list[beam.PCollection]:
     reader = WikipediaReader(cfg.wikipedia)
-    return [read_tasks(p, "wikipedia", wikipedia_tasks(cfg.wikipedia), reader, context.spill, context.clean, context.near)]
+    return [
+        read_tasks(p, "wikipedia", wikipedia_tasks(cfg.wikipedia), reader, context.spill, context.clean, context.near, context.completions)
+    ]
 
 
 def webtext_inputs(cfg: Config) -> list[str]:
@@ -77,4 +79,5 @@ def records_inputs(cfg: Config) -> list[str]:
 def read_records(cfg: Config, p: beam.Pipeline, context: ReadContext) -> list[beam.PCollection]:
     from corpusforge.corpora.records import RecordReader, record_tasks
 
-    return [read_tasks(p, "records", record_tasks(cfg.records), RecordReader(cfg.records), context.spill, context.clean, context.near)]
+    reader = RecordReader(cfg.records)
+    return [read_tasks(p, "records", record_tasks(cfg.records), reader, context.spill, context.clean, context.near, context.completions)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import pickle
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
@@ -42,16 +43,42 @@ def split_kinds(records: beam.PCollection, label: str) -> tuple[beam.PCollection
 
 
 class ReadCleanSpill(beam.DoFn):
-    """A task -> its records through ``reader`` -> cleaned -> spilled; emits refs, rejects, counters."""
+    """A task -> its records through ``reader`` -> cleaned -> spilled; emits refs, rejects, counters.
 
-    def __init__(self, source: str, reader: Reader, spill_dir: str, clean: CleanConfig | None, near: NearDedupConfig | None) -> None:
+    With ``completions`` (a folder), a finished task records what it emitted there after its spill is
+    written (as datatrove's ``completions/`` markers do); a task found finished is not read again, its
+    recorded output is emitted instead, so a re-run after a lost launcher skips the work already done.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        reader: Reader,
+        spill_dir: str,
+        clean: CleanConfig | None,
+        near: NearDedupConfig | None,
+        completions: str | None = None,
+    ) -> None:
         self.source, self.reader, self.spill_dir, self.clean, self.near = source, reader, spill_dir, clean, near
+        self.completions = completions
 
     def setup(self) -> None:
         self.cleaner = Cleaner(self.clean) if self.clean is not None else None
         self.refs = RefMaker(self.near)
 
     def process(self, task: object) -> Iterator[tuple[str, object]]:
+        if self.completions is None:
+            yield from self._read(task)
+            return
+        done = storage.join(self.completions, f"{self.source}-{stable_hash(self.source, repr(task)):016x}.pickle")
+        if storage.is_file(done):
+            yield from pickle.loads(storage.read_bytes(done))
+            return
+        emitted = list(self._read(task))
+        storage.write_bytes(done, pickle.dumps(emitted, protocol=pickle.HIGHEST_PROTOCOL))
+        yield from emitted
+
+    def _read(self, task: object) -> Iterator[tuple[str, object]]:
         counters: Counter[str] = Counter()
         read: Counter[str] = Counter()
         docs: list[Document] = []
@@ -105,14 +132,22 @@ def records_of_batch(batch: list[Document | Reject], counts: Counter) -> list[Do
 
 
 def read_tasks(
-    p: beam.Pipeline, source: str, tasks: list, reader: Reader, spill_dir: str, clean: CleanConfig | None, near: NearDedupConfig | None
+    p: beam.Pipeline,
+    source: str,
+    tasks: list,
+    reader: Reader,
+    spill_dir: str,
+    clean: CleanConfig | None,
+    near: NearDedupConfig | None,
+    completions: str | None = None,
 ) -> beam.PCollection:
+    """Tasks spread over the workers, each read, cleaned and spilled (and, with ``completions``, recorded)."""
     label = source.title()
     return (
         p
         | f"List{label}" >> beam.Create(tasks)
         | f"Spread{label}" >> beam.Reshuffle()
-        | f"Read{label}" >> beam.ParDo(ReadCleanSpill(source, reader, spill_dir, clean, near))
+        | f"Read{label}" >> beam.ParDo(ReadCleanSpill(source, reader, spill_dir, clean, near, completions))
     )
 
 

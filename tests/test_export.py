@@ -11,8 +11,9 @@ from shard_factory import bert_tokenizer_json, gpt_tokenizer_json, random_bert_c
 from transformers import AutoTokenizer, BertForPreTraining, GPT2LMHeadModel
 from typer.testing import CliRunner
 
+from corpusforge.core import storage
 from corpusforge.core.config import TrainConfig
-from corpusforge.trainer.checkpoint import load_weights, read_state, resolve_checkpoint
+from corpusforge.trainer.checkpoint import checkpoint_dir, load_weights, read_state, resolve_checkpoint
 from corpusforge.trainer.cli import app
 from corpusforge.trainer.data import ShardStream, to_model_inputs
 from corpusforge.trainer.export import export_hf
@@ -164,3 +165,23 @@ def test_export_never_deletes_what_it_did_not_write(bert_shards, tmp_path):
     kept = runner.invoke(app, ["export", str(ckpt), str(empty), "--force"])
     assert kept.exit_code == 2 and "notes.txt" in kept.output
     assert (empty / "notes.txt").read_text() == "mine" and (empty / "config.json").is_file()
+
+
+def test_a_run_folder_and_an_export_may_live_behind_a_uri(gpt_shards, tmp_path):
+    """fsspec's memory:// stands in for s3:// or gs://: trained, resumed and exported there, a run ends as a local one does."""
+    cfg = TrainConfig(model="gpt-tiny", steps=4, batch_size=8, lr=1e-3, num_workers=0, log_every=2, checkpoint_every=2, seed=3)
+    local, remote = str(tmp_path / "run"), f"memory://{tmp_path.name}/run"
+    train(cfg, gpt_shards, local, progress=False)
+    train(cfg, gpt_shards, remote, progress=False)
+    storage.remove_tree(checkpoint_dir(remote, 4))  # as if stopped after step 2
+    train(cfg, gpt_shards, remote, resume=remote, progress=False)
+    assert resolve_checkpoint(remote) == checkpoint_dir(remote, 4)
+    mine, theirs = ours(checkpoint_dir(local, 4)).state_dict(), ours(checkpoint_dir(remote, 4)).state_dict()
+    assert all(torch.equal(mine[name], theirs[name]) for name in mine)
+    assert storage.read_json(storage.join(remote, "eval.json")) == storage.read_json(storage.join(local, "eval.json"))
+    assert {"metrics.jsonl", "curves.png", "tensorboard"} <= {storage.name(path) for path in storage.listdir(remote)}
+
+    exported = export_hf(local, tmp_path / "hf"), export_hf(remote, f"memory://{tmp_path.name}/hf")
+    assert [storage.name(path) for path in storage.listdir(exported[0])] == [storage.name(path) for path in storage.listdir(exported[1])]
+    for name in ("model.safetensors", "config.json", "tokenizer.json"):
+        assert storage.sha256(storage.join(exported[0], name)) == storage.sha256(storage.join(exported[1], name))

@@ -22,6 +22,7 @@ from corpusforge.shards.writer import (
     spill_pieces,
     spilled_rows,
     write_shards,
+    write_spilled_shards,
 )
 
 SEQ_LEN = 15
@@ -187,3 +188,22 @@ def test_shards_go_into_a_folder_that_does_not_exist_yet(tmp_path):
     out = tmp_path / "run" / "shards" / "gpt"
     write_shards(batches(10, 10), 10, SCHEMA, out, BASE_MANIFEST, target_bytes=10**9)
     assert read_manifest(out).totals["examples"] == 10
+
+
+def test_spill_files_and_shards_may_live_behind_a_uri(tmp_path):
+    """fsspec's memory:// stands in for s3:// or gs://: the same spill files and shard bytes as on local disk."""
+    keys = np.random.default_rng(5).integers(0, 2**64, 600, dtype=np.uint64)
+    manifests = {}
+    for root in (str(tmp_path), f"memory://{tmp_path.name}"):
+        spill = storage.join(root, ".work", "gpt")
+        for start in range(0, 600, 200):
+            rows = slice(start, start + 200)
+            spill_pieces(spill, f"producer-{start:04d}", keys[rows], {k: v[rows] for k, v in windows(600).items()}, SCHEMA, 4)
+        out = storage.join(root, "shards", "gpt")
+        manifests[root] = write_spilled_shards(spill, SCHEMA, out, BASE_MANIFEST, target_bytes=10**9, max_examples=250, workers=1)
+        read = read_manifest(out)
+        assert [open_shard(read.shard_path(e), expected=e, check_sha=True).num_rows for e in read.shards] == [200, 200, 200]
+    local, remote = manifests.values()
+    assert remote["shards"] == local["shards"]  # same files, same bytes
+    names = [storage.name(path) for path in storage.listdir(f"memory://{tmp_path.name}/shards/gpt")]
+    assert names == [MANIFEST_NAME, *(entry["file"] for entry in local["shards"])]  # no temporaries left behind
