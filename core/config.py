@@ -52,6 +52,9 @@ class RunConfig(Section):
         128 << 20, ge=1, description="text bytes per documents Parquet part: parts = ceil(bytes / this), split by id hash"
     )
     reject_parts: int = Field(4, ge=1, description="Parquet files of rejects (~100 bytes a record), split by id hash")
+    lock_lease_s: float = Field(
+        120.0, gt=0, description="on an object store: a build lock not renewed for this long was left by a killed launcher and is taken over"
+    )
 
 
 class BooksConfig(Section):

@@ -354,7 +354,7 @@ RENEW_S = 20.0
 
 
 @contextmanager
-def lock(path: PathLike) -> Iterator[None]:
+def lock(path: PathLike, lease_s: float = LEASE_S) -> Iterator[None]:
     """Hold an exclusive lock named by ``path`` for the block, or raise ``LockedError`` at once.
 
     Locally an advisory ``flock``: the kernel drops it when the holder dies. On an object store a lease
@@ -363,7 +363,7 @@ def lock(path: PathLike) -> Iterator[None]:
     (its holder was killed) is taken over, by one taker only: each stale lease can be claimed once.
     """
     if not is_local(path):
-        with _lease(os.fspath(path)):
+        with _lease(os.fspath(path), lease_s):
             yield
         return
     target = _local(path)
@@ -395,7 +395,7 @@ def create_exclusive(path: PathLike, data: bytes) -> bool:
 
 
 @contextmanager
-def _lease(path: str) -> Iterator[None]:
+def _lease(path: str, lease_s: float) -> Iterator[None]:
     import threading
     import time
 
@@ -406,7 +406,7 @@ def _lease(path: str) -> Iterator[None]:
             current = read_json(path)
         except (OSError, ValueError):
             raise LockedError(path) from None
-        if time.time() - float(current.get("renewed", 0)) < LEASE_S:
+        if time.time() - float(current.get("renewed", 0)) < lease_s:
             raise LockedError(path)
         claim = f"{path}.taken-{current.get('holder')}-{current.get('renewed')}"
         if not create_exclusive(claim, holder.encode()):
@@ -416,7 +416,7 @@ def _lease(path: str) -> Iterator[None]:
     stop = threading.Event()
 
     def renew() -> None:
-        while not stop.wait(RENEW_S):
+        while not stop.wait(min(RENEW_S, lease_s / 4)):
             write_bytes(path, lease())
 
     renewer = threading.Thread(target=renew, daemon=True, name="lease-renewal")

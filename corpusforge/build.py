@@ -45,10 +45,10 @@ class BuildResult:
 
 
 @contextmanager
-def build_lock(layout: Layout) -> Iterator[None]:
+def build_lock(layout: Layout, lease_s: float) -> Iterator[None]:
     """One build at a time per output folder: the next one removes what a killed one left, never a live one's files."""
     try:
-        with storage.lock(layout.lock):
+        with storage.lock(layout.lock, lease_s):
             yield
     except storage.LockedError:
         raise ValueError(f"another corpusforge build is writing {layout.out}: wait for it or use another run.output_dir") from None
@@ -60,7 +60,7 @@ def run_build(cfg: Config, force: bool = False) -> BuildResult:
     storage.makedirs(layout.out)
     result = BuildResult(output_dir=layout.out)
     started = time.perf_counter()
-    with build_lock(layout):
+    with build_lock(layout, cfg.run.lock_lease_s):
         plan = plan_build(cfg, layout, force)  # reads only: a missing prerequisite stops the build before anything changes
         current = not plan.reasons and manifest_describes(layout, cfg)
         if not current:

@@ -1,32 +1,160 @@
-"""Beam's DaskRunner with two of its bugs fixed (Beam 2.77), so the same graphs run on Dask unchanged.
+"""Beam's DaskRunner (``apache_beam.runners.dask``) with its bugs fixed, so the same graphs run on Dask unchanged.
 
-1. It computes only the *last* bag of the translated graph ("connected to the full task graph" holds
-   only for linear pipelines), so every other branch, e.g. a second writer, silently never runs.
-   Here every leaf bag (a transform whose output nothing consumes) is computed, all in one graph so
-   shared upstream steps run once (optimising the leaves one by one would re-run them per leaf).
-4. A GroupByKey keeps its input's partition count, which doubles at every CoGroupByKey (a concat of
-   bags): the shuffle graphs grew exponentially in the launcher. Here shuffles have a bounded count.
-3. ``Create`` packs 128 elements per partition, so few-hundred-file jobs used one worker: here each
-   element is a partition (up to 1024).
-2. A multi-output ParDo strips the output tags and hands every consumer all outputs mixed; it also
-   drops what ``finish_bundle`` emits. Here bundles keep tags and ``finish_bundle`` output, and each
-   consumer gets only the elements of the output it reads.
+1. Beam computes only the *last* bag of the translated graph ("connected to the full task graph" holds only for
+   linear pipelines), so every other branch, e.g. a second writer, silently never runs. Here every leaf bag (a
+   transform whose output nothing consumes) is computed, all in one graph so shared upstream steps run once.
+2. A multi-output ParDo strips the output tags and hands every consumer (side inputs too) all outputs mixed; it
+   also drops what ``finish_bundle`` emits. Here bundles keep tags and ``finish_bundle`` output, and each consumer
+   gets only the elements of the output it reads.
+3. ``Create`` packs 128 elements per partition, so few-hundred-file jobs used one worker: here each element is a
+   partition (up to 1024).
+4. A GroupByKey keeps its input's partition count, which doubles at every CoGroupByKey (a concat of bags): the
+   shuffle graphs grew exponentially in the launcher. Here shuffles have a bounded count.
+5. The result never closes the ``dask.distributed.Client`` the runner opened. Here it does once the job is done.
+
+The fixes reach into Beam's private runner code: every name they use is listed once in ``BEAM_INTERNALS``, with the
+bug it works around, and ``check_beam_internals()`` runs before they are imported, so a Beam release that moved one
+fails at once with a one-line message instead of an ImportError or a silently different graph. The upstream issues
+are cited at each fix; the README's runner section lists them.
 """
 
 from __future__ import annotations
 
 import collections
+import inspect
+import pkgutil
 
 import apache_beam as beam
 import dask.bag as db
 import dask.distributed as ddist
 from apache_beam import pvalue
 from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
-from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, _OutputHandler
-from apache_beam.runners.dask.dask_runner import DaskOptions, DaskRunnerResult
-from apache_beam.runners.dask.dask_runner import DaskRunner as BeamDaskRunner
-from apache_beam.runners.dask.overrides import _Create, _GroupByKeyOnly, dask_overrides
-from apache_beam.runners.dask.transform_evaluator import (
+
+SUPPORTED_BEAM = ">=2.71,<2.78"  # the range pyproject.toml declares: internals read in 2.71.0 and 2.77.0
+
+_BRANCHES = "fix 1, only the last bag runs (a regression of apache/beam#33805)"
+_TAGS = "fix 2, multi-output ParDo mixes its outputs and drops finish_bundle output"
+_CREATE = "fix 3, Create packs 128 elements per partition (apache/beam#26669 again, via #33805)"
+_SHUFFLE = "fix 4, GroupByKey partitions double at every CoGroupByKey"
+_CLIENT = "fix 5, the result never closes its client"
+
+# Every private Beam name the fixes use: (dotted name, what they use of it, the upstream bug they work around).
+# ``name`` is an attribute (or an attribute its ``__init__`` sets); ``name=`` is a keyword the fixes pass to it.
+BEAM_INTERNALS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("apache_beam.runners.dask.dask_runner.DaskRunner", ("run_pipeline",), _BRANCHES),
+    ("apache_beam.runners.dask.dask_runner.DaskOptions", ("_extract_bag_kwargs",), _BRANCHES),
+    # Only DaskOptions reach Client(**options): upstream's own fix for apache/beam#30528 (PR #37101), Beam 2.71+.
+    ("apache_beam.options.pipeline_options.PipelineOptions.get_all_options", ("drop_default=", "current_only="), _BRANCHES),
+    ("apache_beam.runners.dask.overrides.dask_overrides", (), _BRANCHES),
+    ("apache_beam.runners.dask.transform_evaluator.TRANSLATIONS", (), _BRANCHES),
+    ("apache_beam.runners.dask.transform_evaluator.DaskBagOp", ("applied=", "bag_kwargs=", "apply"), _BRANCHES),
+    ("apache_beam.runners.dask.transform_evaluator.DaskBagOp.apply", ("input_bag=", "side_inputs="), _BRANCHES),
+    ("apache_beam.runners.dask.transform_evaluator.NoOp", (), _BRANCHES),
+    ("apache_beam.runners.dask.transform_evaluator.Flatten", (), _BRANCHES),
+    ("apache_beam.runners.dask.transform_evaluator.DaskBagWindowedIterator", ("bag=", "window_fn="), _TAGS),
+    ("apache_beam.transforms.sideinputs.SideInputMap", ("view_class=", "view_options=", "iterable="), _TAGS),
+    ("apache_beam.pvalue.AsSideInput", ("pvalue", "_view_options", "_window_mapping_fn"), _TAGS),
+    ("apache_beam.runners.dask.transform_evaluator.ParDo", ("transform",), _TAGS),
+    ("apache_beam.runners.dask.transform_evaluator.get_windowed_value", ("item=", "window_fn="), _TAGS),
+    ("apache_beam.runners.dask.transform_evaluator.OneReceiver", ("values=",), _TAGS),
+    (
+        "apache_beam.runners.common._OutputHandler",
+        (
+            "window_fn=",
+            "main_receivers=",
+            "tagged_receivers=",
+            "per_element_output_counter=",
+            "output_batch_converter=",
+            "process_yields_batches=",
+            "process_batch_yields_elements=",
+        ),
+        _TAGS,
+    ),
+    (
+        "apache_beam.runners.common.DoFnInvoker.create_invoker",
+        (
+            "signature=",
+            "output_handler=",
+            "context=",
+            "side_inputs=",
+            "input_args=",
+            "input_kwargs=",
+            "user_state_context=",
+            "bundle_finalizer_param=",
+        ),
+        _TAGS,
+    ),
+    (
+        "apache_beam.runners.common.DoFnInvoker",
+        ("invoke_setup", "invoke_start_bundle", "invoke_process", "invoke_finish_bundle", "invoke_teardown"),
+        _TAGS,
+    ),
+    ("apache_beam.runners.common.DoFnContext", ("label=", "state="), _TAGS),
+    ("apache_beam.runners.common.DoFnSignature", (), _TAGS),
+    ("apache_beam.runners.dask.transform_evaluator.Create", ("apply",), _CREATE),
+    ("apache_beam.runners.dask.overrides._Create", ("values",), _CREATE),
+    ("apache_beam.runners.dask.transform_evaluator.GroupByKey", ("apply",), _SHUFFLE),
+    ("apache_beam.runners.dask.overrides._GroupByKeyOnly", (), _SHUFFLE),
+    ("apache_beam.runners.dask.dask_runner.DaskRunnerResult", ("client=", "futures=", "wait_until_finish"), _CLIENT),
+)
+
+
+class UnsupportedBeam(ImportError):
+    """The installed Beam lacks an internal the Dask fixes are written against."""
+
+
+def check_beam_internals() -> None:
+    """Raise ``UnsupportedBeam`` naming the first internal in ``BEAM_INTERNALS`` this Beam lacks or changed."""
+    for name, uses, _bug in BEAM_INTERNALS:
+        try:
+            target = pkgutil.resolve_name(name)
+        except (ImportError, AttributeError):
+            raise _unsupported(name) from None
+        for attribute in (use for use in uses if not use.endswith("=")):
+            if not hasattr(target, attribute) and attribute not in _init_names(target):
+                raise _unsupported(f"{name}.{attribute}")
+        keywords = [use[:-1] for use in uses if use.endswith("=")]
+        if keywords and not _accepts(target, keywords):
+            raise _unsupported(f"{name}({'=, '.join(keywords)}=)")
+
+
+def _unsupported(internal: str) -> UnsupportedBeam:
+    return UnsupportedBeam(
+        f"corpusforge's Dask fixes need {internal}, which Beam {beam.__version__} does not have; supported Beam: {SUPPORTED_BEAM}"
+    )
+
+
+def _init_names(target: object) -> set[str]:
+    """Names the ``__init__`` methods of a (pure-Python) class use, which include the attributes they set."""
+    inits = (vars(cls).get("__init__") for cls in getattr(target, "__mro__", ()))
+    return {name for init in inits if hasattr(init, "__code__") for name in init.__code__.co_names}
+
+
+def _accepts(target: object, keywords: list[str]) -> bool:
+    """Whether ``target`` takes these keywords: from its signature, or for a Cython class (no signature; Beam
+    compiles apache_beam.runners.common) by building one with every keyword None."""
+    try:
+        signature = inspect.signature(target)
+    except ValueError:
+        try:
+            target(**dict.fromkeys(keywords))
+        except TypeError:
+            return False
+        return True
+    try:
+        signature.bind_partial(**dict.fromkeys(keywords))
+    except TypeError:
+        return False
+    return True
+
+
+check_beam_internals()  # before the imports below, so a Beam that moved one fails with the one-line message
+
+from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, _OutputHandler  # noqa: E402
+from apache_beam.runners.dask.dask_runner import DaskOptions, DaskRunnerResult  # noqa: E402
+from apache_beam.runners.dask.dask_runner import DaskRunner as BeamDaskRunner  # noqa: E402
+from apache_beam.runners.dask.overrides import _Create, _GroupByKeyOnly, dask_overrides  # noqa: E402
+from apache_beam.runners.dask.transform_evaluator import (  # noqa: E402
     TRANSLATIONS,
     Create,
     DaskBagWindowedIterator,
@@ -35,14 +163,15 @@ from apache_beam.runners.dask.transform_evaluator import (
     NoOp,
     OneReceiver,
     ParDo,
-    defenestrate,
     get_windowed_value,
 )
-from apache_beam.transforms.sideinputs import SideInputMap
+from apache_beam.transforms.sideinputs import SideInputMap  # noqa: E402
 
 
 def _run_bundle(items, label: str, fn: beam.DoFn, window_fn, side_inputs, args: list, kwargs: dict) -> list:
-    """One Dask partition as one bundle, with fresh receivers; tagged outputs stay tagged."""
+    """One Dask partition as one bundle, with fresh receivers (Beam shares one set across partitions), read after
+    ``finish_bundle`` (Beam reads before it), tagged outputs kept tagged (Beam strips the tags). Fix 2; no upstream
+    issue found."""
     receivers = OneReceiver()
     handler = _OutputHandler(
         window_fn=window_fn,
@@ -84,8 +213,9 @@ class _TaggedParDo(ParDo):
 
 
 class _SpreadCreate(Create):
-    """One partition per element up to ``MAX_CREATE_PARTITIONS``: Beam's translation packs 128 elements
-    into a partition, so a job over a few hundred input files ran on one or two workers."""
+    """One partition per element up to ``MAX_CREATE_PARTITIONS``: Beam's translation packs 128 elements into a
+    partition, so a job over a few hundred input files ran on one or two workers. Fix 3: the symptom of
+    apache/beam#26669, back since apache/beam#33805 made 128 the default."""
 
     def apply(self, input_bag=None, side_inputs=None) -> db.Bag:
         if self.bag_kwargs.get("npartitions") or self.bag_kwargs.get("partition_size"):
@@ -95,23 +225,16 @@ class _SpreadCreate(Create):
 
 
 class _BoundedGroupByKey(GroupByKey):
-    """Beam's translation keeps the input's partition count, and a CoGroupByKey's input is a concat of
-    bags: partitions doubled at every join (connected components: ~2^20 after eight rounds) and the
-    launcher spent gigabytes building the shuffle graph. Here a shuffle has at most
-    ``MAX_SHUFFLE_PARTITIONS`` outputs."""
+    """Beam's translation keeps the input's partition count, and a CoGroupByKey's input is a concat of bags:
+    partitions doubled at every join (connected components: ~2^20 after eight rounds) and the launcher spent
+    gigabytes building the shuffle graph. Here a shuffle has at most ``MAX_SHUFFLE_PARTITIONS`` outputs. Fix 4; no
+    upstream issue found (apache/beam#29365 is another GroupByKey partitioning bug, fixed in Dask)."""
 
     def apply(self, input_bag: db.Bag, side_inputs=None) -> db.Bag:
-        def key(item):
-            return item[0]
-
-        def value(item):
-            k, v = item
-            return k, [defenestrate(elm[1]) for elm in v]
-
         limit = self.bag_kwargs.get("npartitions") or MAX_SHUFFLE_PARTITIONS
         if input_bag.npartitions > limit:
             input_bag = input_bag.repartition(limit)
-        return input_bag.groupby(key).map(value)
+        return super().apply(input_bag, side_inputs)
 
 
 MAX_CREATE_PARTITIONS = 1024
@@ -127,6 +250,9 @@ def _only_tag(bag: db.Bag, tag: str | None) -> db.Bag:
 
 
 class _Visitor(PipelineVisitor):
+    """Beam's graph walk, with ``_TRANSLATIONS``, each consumer reading only its output (fix 2), and the leaves
+    remembered (fix 1)."""
+
     def __init__(self, bag_kwargs: dict) -> None:
         self.bag_kwargs = bag_kwargs
         self.bags: dict[AppliedPTransform, db.Bag] = collections.OrderedDict()
@@ -158,7 +284,8 @@ class _Visitor(PipelineVisitor):
 
 
 class _Result(DaskRunnerResult):
-    """Closes the client it opened once the job is done, so no reconnect loop outlives the cluster."""
+    """Closes the client it opened once the job is done, so no reconnect loop outlives the cluster. Fix 5; no
+    upstream issue found."""
 
     def wait_until_finish(self, duration=None) -> str:
         try:
@@ -168,9 +295,11 @@ class _Result(DaskRunnerResult):
 
 
 class DaskRunner(BeamDaskRunner):
-    """Use as ``--runner=pipeline.dask_runner.DaskRunner --dask_client_address=HOST:PORT``."""
+    """Use as ``--runner=corpusforge.pipeline.dask_runner.DaskRunner --dask_client_address=HOST:PORT``."""
 
     def run_pipeline(self, pipeline, options):
+        """Beam's ``run_pipeline`` computing every leaf, not the last bag only: fix 1, a regression of
+        apache/beam#33805 (Beam 2.60-2.62 computed every bag); no issue filed upstream that we found."""
         dask_options = options.view_as(DaskOptions).get_all_options(drop_default=True, current_only=True)
         bag_kwargs = DaskOptions._extract_bag_kwargs(dask_options)
         client = ddist.Client(**dask_options)

@@ -54,7 +54,10 @@ class FetchDoFn(beam.DoFn):
             return
         if self.offline:
             for url, payload in todo:
-                yield payload, Capture(url=url, reason="not_in_warc", detail=f"no capture in {self.warc_dir}")
+                yield (
+                    payload,
+                    Capture(url=url, reason="not_in_warc", detail="no capture in webtext.warc_dir"),
+                )  # not its path: the bytes must not depend on where inputs live
             return
         if self.fetcher is None:
             self.fetcher = self.loop.run_until_complete(self._open())

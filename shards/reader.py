@@ -132,6 +132,7 @@ def open_shard(
     expected: ShardEntry | None = None,
     check_sha: bool = False,
     schema: pa.Schema | None = None,
+    local: storage.PathLike | None = None,
 ) -> pa.Table:
     """Memory-map one Arrow IPC shard; uncompressed shards come back zero-copy (pages load on touch).
 
@@ -141,18 +142,20 @@ def open_shard(
 
     ``expected`` (the manifest entry) checks size and example count before anything is trusted;
     ``check_sha`` reads the whole file once to compare its checksum; ``schema`` checks the columns.
+    ``local`` is a local copy of ``path`` to read instead (``shards.cache``); messages still name ``path``.
     """
     path = os.fspath(path)
-    if not storage.is_file(path):
+    read = os.fspath(local) if local is not None else path
+    if not storage.is_file(read):
         raise ShardError(f"{path}: shard file missing")
-    if expected is not None and storage.size(path) != expected.bytes:
-        raise ShardError(f"{path}: {storage.size(path)} bytes, manifest says {expected.bytes} (truncated or rewritten)")
+    if expected is not None and storage.size(read) != expected.bytes:
+        raise ShardError(f"{path}: {storage.size(read)} bytes, manifest says {expected.bytes} (truncated or rewritten)")
     if check_sha and expected is not None:
-        actual = storage.sha256(path)
+        actual = storage.sha256(read)
         if actual != expected.sha256:
             raise ShardError(f"{path}: sha256 mismatch (manifest {expected.sha256[:12]}…, file {actual[:12]}…)")
     try:
-        source = storage.arrow_input(path)
+        source = storage.arrow_input(read)
         opener = pa.ipc.open_file if source.read(len(FILE_MAGIC)) == FILE_MAGIC else pa.ipc.open_stream
         source.seek(0)
         table = opener(source).read_all()

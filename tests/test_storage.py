@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from s3_fixture import make_buckets, s3_server
 
 from corpusforge.core import storage
-from tests.s3_fixture import make_buckets, s3_server
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,130 @@
+"""The Dask runner's fixes against the installed Beam: the private Beam names they use are all listed and present,
+a Beam that lacks one fails with a one-line message naming it, pyproject.toml declares the range the module
+supports, and the fixes work (every branch runs, outputs stay apart, finish_bundle output is kept, shuffles run)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import tomllib
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam import pvalue
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.dask import dask_runner as beam_dask_runner
+from apache_beam.runners.dask import transform_evaluator
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.windowed_value import WindowedValue
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from corpusforge.pipeline import dask_runner
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_installed_beam_has_every_internal() -> None:
+    dask_runner.check_beam_internals()
+
+
+@pytest.mark.parametrize(
+    ("owner", "attribute", "internal"),
+    [
+        (transform_evaluator, "OneReceiver", "apache_beam.runners.dask.transform_evaluator.OneReceiver"),
+        (beam_dask_runner.DaskOptions, "_extract_bag_kwargs", "apache_beam.runners.dask.dask_runner.DaskOptions._extract_bag_kwargs"),
+    ],
+)
+def test_a_missing_internal_is_named_with_the_supported_range(
+    monkeypatch: pytest.MonkeyPatch, owner: object, attribute: str, internal: str
+) -> None:
+    monkeypatch.delattr(owner, attribute)
+    with pytest.raises(dask_runner.UnsupportedBeam) as raised:
+        dask_runner.check_beam_internals()
+    message = str(raised.value)
+    assert "\n" not in message
+    assert f"need {internal}, which Beam {beam.__version__} does not have" in message
+    assert message.endswith(f"supported Beam: {dask_runner.SUPPORTED_BEAM}")
+
+
+def test_a_changed_signature_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    def get_all_options(self, drop_default=False):  # Beam before 2.71: no current_only
+        return {}
+
+    monkeypatch.setattr(PipelineOptions, "get_all_options", get_all_options)
+    with pytest.raises(dask_runner.UnsupportedBeam, match=r"PipelineOptions\.get_all_options\(drop_default=, current_only=\)"):
+        dask_runner.check_beam_internals()
+
+
+def test_every_private_beam_name_the_module_uses_is_listed() -> None:
+    listed = {name for name, _uses, _bug in dask_runner.BEAM_INTERNALS}
+    uses = {use.rstrip("=") for _name, used, _bug in dask_runner.BEAM_INTERNALS for use in used}
+    tree = ast.parse((ROOT / "pipeline" / "dask_runner.py").read_text())
+    imported = {
+        f"{node.module}.{alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("apache_beam")
+        for alias in node.names
+        if node.module.startswith("apache_beam.runners") or alias.name.startswith("_")
+    }
+    unlisted = {name for name in imported if not any(entry == name or entry.startswith(f"{name}.") for entry in listed)}
+    assert imported and not unlisted
+    private = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+    }
+    assert private and private <= uses
+
+
+def test_the_installed_beam_is_in_the_range_pyproject_declares() -> None:
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    declared = next(r.specifier for r in map(Requirement, dependencies) if r.name == "apache-beam")
+    assert declared == SpecifierSet(dask_runner.SUPPORTED_BEAM)
+    assert any(s.operator in ("<", "<=") for s in declared), "an upper bound: the next Beam may move the internals"
+    assert Version(beam.__version__) in declared
+
+
+class _Split(beam.DoFn):
+    """Evens to the main output, odds to "odd", and one marker per bundle from finish_bundle."""
+
+    def process(self, x: int):
+        yield x if x % 2 == 0 else pvalue.TaggedOutput("odd", x)
+
+    def finish_bundle(self):
+        yield WindowedValue("end", 0, (GlobalWindow(),))
+
+
+class _Record(beam.DoFn):
+    """One empty file per element: the leaves' only output, so a branch that never ran leaves no files."""
+
+    def __init__(self, folder: str, kind: str) -> None:
+        self.folder, self.kind = folder, kind
+
+    def process(self, x) -> None:
+        with open(os.path.join(self.folder, f"{self.kind}-{x}"), "w"):
+            pass
+
+
+def test_every_branch_runs_with_its_own_output(tmp_path: Path) -> None:
+    from dask.distributed import LocalCluster
+
+    folder = str(tmp_path)
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
+        options = PipelineOptions(
+            ["--runner=corpusforge.pipeline.dask_runner.DaskRunner", f"--dask_client_address={cluster.scheduler_address}"]
+        )
+        with beam.Pipeline(options=options) as p:
+            split = p | beam.Create(range(40)) | beam.ParDo(_Split()).with_outputs("odd", main="even")
+            _ = split.even | "even" >> beam.ParDo(_Record(folder, "even"))
+            _ = split.odd | "odd" >> beam.ParDo(_Record(folder, "odd"))
+            grouped = split.odd | beam.Map(lambda x: (x % 3, x)) | beam.GroupByKey()
+            _ = grouped | beam.MapTuple(lambda k, xs: f"{k}:{sum(xs)}") | "group" >> beam.ParDo(_Record(folder, "group"))
+    expected = {f"even-{x}" for x in range(0, 40, 2)} | {"even-end"} | {f"odd-{x}" for x in range(1, 40, 2)}
+    expected |= {f"group-{k}:{sum(x for x in range(1, 40, 2) if x % 3 == k)}" for k in range(3)}
+    assert set(os.listdir(folder)) == expected

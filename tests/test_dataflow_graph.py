@@ -1,0 +1,337 @@
+"""The Dataflow job of every Beam stage, built offline and checked: what ``corpusforge build`` would submit
+with ``run.runner = "DataflowRunner"``, made by DataflowRunner's dry run (no credentials, nothing sent).
+
+A cloud build spells every path as a URI, and a Dataflow worker opens none of the launcher's files: so
+every stage's transforms must be in the job, and nothing in the job may name a local path, neither the
+request (its pipeline options), nor the pipeline it stages (``pipeline.pb``), nor what is pickled inside it
+(DoFns, their closures, the elements of ``beam.Create``), decoded with Beam's own pickler.
+
+The gs:// files live in memory: graph construction lists the books, plans Wikipedia's byte ranges from its
+multistream index and reads Parquet footers and the vocabulary, so a ``gs`` filesystem backed by fsspec's
+``MemoryFileSystem`` stands in for gcsfs. The dry run itself needs ``apache-beam[gcp]`` (in the dev extra):
+DataflowRunner imports the Dataflow API client before it looks at ``--dry_run``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from fsspec.registry import _registry as fsspec_registry  # the dict behind fsspec's read-only registry view
+import apache_beam as beam
+import pytest
+from fsspec.implementations.memory import MemoryFileSystem
+from google.protobuf.message import Message
+
+from corpusforge.core import storage
+from corpusforge.core.config import BertConfig, BooksConfig, Config, GptConfig, RunConfig, ShardsConfig, WikipediaConfig
+from corpusforge.core.layout import Layout
+from corpusforge.corpora.document import Document
+from corpusforge.encoding.vocab import train_bpe, train_wordpiece
+from corpusforge.pipeline.documents_io import documents_table, output_files, write_table_atomic
+from corpusforge.pipeline.documents_job import documents_graph
+from corpusforge.pipeline.examples_stage import write_bert_shards, write_gpt_shards
+from corpusforge.pipeline.options import pipeline_options
+from corpusforge.stages import documents_job, documents_parts
+from corpus_factory import build_multistream
+
+try:  # DataflowRunner's module imports the Dataflow API client even for a dry run
+    from apache_beam.internal import pickler
+    from apache_beam.portability.api import beam_runner_api_pb2
+    from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
+    from apache_beam.runners.dataflow.internal import apiclient
+except ImportError as missing:  # pragma: no cover - a setup error, said plainly
+    pytest.fail(f"DataflowRunner's dry run needs apache-beam[gcp] (pip install -e '.[dev]'): {missing}", pytrace=False)
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "corpusforge" / "samples"
+BUCKET = "gs://cf-test"
+# What the README tells a cloud build to pass, plus the two flags of an offline check: --dry_run=True
+# (a bare --dry_run is refused: the option takes a value, and "False" would be truthy) and --no_auth
+# (no credentials are looked up).
+DATAFLOW_FLAGS = [
+    "--project=test-project",
+    "--region=us-central1",
+    f"--temp_location={BUCKET}/tmp",
+    "--dry_run=True",
+    "--no_auth",
+]
+DOCUMENTS_STAGES = ["books", "wikipedia", "clean", "dedup", "near_dedup", "documents"]
+
+
+# --- gs:// in memory -------------------------------------------------------------------------------
+
+
+class MemoryGcs(MemoryFileSystem):
+    """fsspec's in-memory filesystem answering for ``gs://``, with gcsfs's path spelling ("bucket/key")."""
+
+    protocol = "gs"
+    root_marker = ""
+    store: dict = {}
+    pseudo_dirs = [""]
+
+    @classmethod
+    def _strip_protocol(cls, path: str) -> str:
+        return os.fspath(path).removeprefix("gs://").strip("/")
+
+
+@pytest.fixture
+def gcs(monkeypatch) -> Iterator[None]:
+    """``gs://`` served from memory for this test only (fsspec's registry and the store are restored after)."""
+    monkeypatch.setitem(fsspec_registry, "gs", MemoryGcs)
+    try:
+        yield
+    finally:
+        MemoryGcs.store.clear()
+        MemoryGcs.pseudo_dirs[:] = [""]
+
+
+# --- the cloud build's inputs and configuration ----------------------------------------------------
+
+
+def cloud_config(**run: object) -> Config:
+    """A build whose inputs, outputs and temporaries are all URIs, run on Dataflow."""
+    settings = {
+        "output_dir": f"{BUCKET}/run",
+        "temp_location": f"{BUCKET}/tmp",
+        "stages": DOCUMENTS_STAGES,
+        "runner": "DataflowRunner",
+        "beam_args": DATAFLOW_FLAGS,
+    }
+    return Config(
+        run=RunConfig(**(settings | run)),
+        books=BooksConfig(paths=[f"{BUCKET}/in/books"]),
+        wikipedia=WikipediaConfig(paths=[f"{BUCKET}/in/wikipedia/enwiki-multistream.xml.bz2"], streams_per_range=1),
+        bert=BertConfig(dupe_factor=2),
+        gpt=GptConfig(seq_len=64),
+        shards=ShardsConfig(max_examples=100),
+    )
+
+
+@pytest.fixture
+def cloud_inputs(gcs, tmp_path) -> Layout:
+    """The sample books and a multistream Wikipedia dump under ``gs://cf-test/in``; documents and both
+    vocabularies in the build folder, as the documents and vocab stages leave them for the example stages."""
+    layout = Layout.at(f"{BUCKET}/run", f"{BUCKET}/tmp")
+    texts = []
+    for book in sorted((SAMPLES / "books").rglob("*.txt")):
+        data = book.read_bytes()  # the samples mix encodings on purpose: copied as they are
+        storage.write_bytes(f"{BUCKET}/in/books/{book.relative_to(SAMPLES / 'books').as_posix()}", data)
+        texts.append(data.decode("utf-8", "replace"))
+    wiki = f"{BUCKET}/in/wikipedia"
+    build_multistream(SAMPLES / "wikipedia" / "sample-pages-articles.xml", f"{wiki}/enwiki-multistream.xml.bz2",
+                      f"{wiki}/enwiki-multistream-index.txt.bz2", pages_per_stream=1)
+    docs = [Document(id=f"books-{i}", source="books", title=str(i), text=text) for i, text in enumerate(texts)]
+    write_table_atomic(documents_table(docs), storage.join(layout.documents, "part-00000-of-00001.parquet"))
+    train_wordpiece(texts, layout.vocab("wordpiece"), vocab_size=300)
+    train_bpe(texts, layout.vocab("bpe"), vocab_size=400)
+    return layout
+
+
+# --- the job Dataflow would receive ----------------------------------------------------------------
+
+
+@pytest.fixture
+def submitted(monkeypatch) -> list:
+    """The ``apiclient.Job`` of every DataflowRunner run in the test, in order (a dry run returns it)."""
+    jobs = []
+    run_pipeline = DataflowRunner.run_pipeline
+
+    def recording(self, pipeline, options, pipeline_proto=None):
+        result = run_pipeline(self, pipeline, options, pipeline_proto)
+        jobs.append(result.job)
+        return result
+
+    monkeypatch.setattr(DataflowRunner, "run_pipeline", recording)
+    return jobs
+
+
+@dataclass(frozen=True)
+class Request:
+    """What Dataflow receives for one job: the create-job request and the files staged beside it."""
+
+    job: dict  # the Job message as JSON (its environment holds the pipeline options)
+    pipeline: beam_runner_api_pb2.Pipeline  # the staged pipeline.pb
+    staged: dict[str, bytes]  # gs:// path -> bytes of every staged file
+
+    def transform_names(self) -> set[str]:
+        return {t.unique_name for t in self.pipeline.components.transforms.values()}
+
+
+def dataflow_request(job: apiclient.Job) -> Request:
+    """Finish what the dry run stopped short of (Beam 2.77: ``DataflowApplicationClient.create_job_description``
+    stages the pipeline and the SDK's files, rewriting their local temporaries to staging URLs, and fills in
+    the job's environment), keeping the staged files here instead of uploading them; nothing is submitted."""
+    client = apiclient.DataflowApplicationClient(job.options)
+    staged: dict[str, bytes] = {}
+
+    def stage_file(folder: str, name: str, stream, mime_type: str | None = None, total_size: int | None = None) -> None:
+        staged[f"{folder.rstrip('/')}/{name}"] = stream.read()
+
+    client.stage_file = stage_file
+    client.create_job_description(job)
+    (pipeline_pb,) = [data for path, data in staged.items() if path.endswith("/pipeline.pb")]
+    return Request(json.loads(job.json()), beam_runner_api_pb2.Pipeline.FromString(pipeline_pb), staged)
+
+
+# --- local paths -----------------------------------------------------------------------------------
+
+
+def local_roots(*extra: str | os.PathLike) -> list[str]:
+    """Folders no Dataflow worker has: this machine's temporary, home and work folders, the checkout."""
+    roots = {"/tmp", "/work", "/home", "/root", tempfile.gettempdir(), str(Path.home()), os.getcwd(), str(ROOT)}
+    roots |= {os.fspath(path) for path in extra}
+    return sorted({os.path.realpath(r) for r in roots} | roots, key=len, reverse=True)
+
+
+def local_path_pattern(roots: list[str]) -> re.Pattern[str]:
+    """A root at the start of a string or after a non-path character (a length prefix, "=", a quote),
+    optionally as a file:// URI: ``gs://cf-test/tmp`` is not ``/tmp``."""
+    alternatives = "|".join(re.escape(root.rstrip("/")) for root in roots)
+    return re.compile(rf"(?<![\w.\-/])(?:file://)?(?:{alternatives})(?![\w.\-])")
+
+
+def strings_in_proto(value: object, where: str) -> Iterator[tuple[str, str | bytes]]:
+    """Every string and bytes value in a protobuf message, nested payloads parsed where their type is known."""
+    if isinstance(value, (str, bytes)):
+        yield where, value
+    elif isinstance(value, Message):
+        for field, item in value.ListFields():
+            yield from strings_in_proto(item, f"{where}.{field.name}")
+        if isinstance(value, beam_runner_api_pb2.FunctionSpec) and value.urn in PAYLOADS:
+            yield from strings_in_proto(PAYLOADS[value.urn].FromString(value.payload), f"{where}<{value.urn}>")
+    elif hasattr(value, "items"):  # a map field
+        for key, item in value.items():
+            yield f"{where}.keys()", key
+            yield from strings_in_proto(item, f"{where}[{key!r}]")
+    elif isinstance(value, Iterable):  # a repeated field
+        for index, item in enumerate(value):
+            yield from strings_in_proto(item, f"{where}[{index}]")
+
+
+PAYLOADS = {
+    "beam:transform:pardo:v1": beam_runner_api_pb2.ParDoPayload,
+    "beam:transform:combine_per_key:v1": beam_runner_api_pb2.CombinePayload,
+    "beam:transform:combine_globally:v1": beam_runner_api_pb2.CombinePayload,
+    "beam:transform:combine_grouped_values:v1": beam_runner_api_pb2.CombinePayload,
+    "beam:transform:window_into:v1": beam_runner_api_pb2.WindowIntoPayload,
+    "beam:artifact:type:file:v1": beam_runner_api_pb2.ArtifactFilePayload,
+    "beam:artifact:type:url:v1": beam_runner_api_pb2.ArtifactUrlPayload,
+    "beam:env:docker:v1": beam_runner_api_pb2.DockerPayload,
+}
+
+
+def strings_in_object(value: object, where: str, seen: dict[int, object]) -> Iterator[tuple[str, object]]:
+    """Every string and bytes reachable from an unpickled object: attributes, containers, partial
+    arguments, a function's defaults, closure cells, the globals it names and its constants.
+
+    A function's ``co_filename`` (and its module's ``__file__``) is left out: cloudpickle keeps them for
+    tracebacks, the worker opens neither."""
+    if id(value) in seen or isinstance(value, (type, type(os))):
+        return
+    seen[id(value)] = value  # kept alive: an id is unique only while its object lives
+    if isinstance(value, (str, bytes)):
+        yield where, value
+        if isinstance(value, bytes):
+            yield from strings_in_pickle(value, where, seen)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from strings_in_object(key, f"{where}.keys()", seen)
+            yield from strings_in_object(item, f"{where}[{key!r}]", seen)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for index, item in enumerate(value):
+            yield from strings_in_object(item, f"{where}[{index}]", seen)
+    elif callable(value) and hasattr(value, "__code__"):
+        code = value.__code__
+        yield from strings_in_object(code, f"{where}.__code__", seen)
+        for name in ("__defaults__", "__kwdefaults__"):
+            yield from strings_in_object(getattr(value, name) or (), f"{where}.{name}", seen)
+        for name, cell in zip(code.co_freevars, value.__closure__ or ()):
+            yield from strings_in_object(cell.cell_contents, f"{where}<closure {name}>", seen)
+        for name in code.co_names:
+            if name in value.__globals__ and not name.startswith("__"):
+                yield from strings_in_object(value.__globals__[name], f"{where}<global {name}>", seen)
+    elif isinstance(value, type(strings_in_object.__code__)):
+        yield from strings_in_object(value.co_consts, f"{where}.co_consts", seen)
+    else:
+        for name in ("func", "args", "keywords"):  # functools.partial
+            if hasattr(value, name) and type(value).__name__ == "partial":
+                yield from strings_in_object(getattr(value, name), f"{where}.{name}", seen)
+        state = getattr(value, "__dict__", None)
+        if isinstance(state, dict):
+            yield from strings_in_object(state, f"{where}.__dict__", seen)
+        for name in getattr(type(value), "__slots__", ()):
+            if hasattr(value, name):
+                yield from strings_in_object(getattr(value, name), f"{where}.{name}", seen)
+
+
+def strings_in_pickle(data: bytes, where: str, seen: dict[int, object]) -> Iterator[tuple[str, object]]:
+    """The strings inside a payload Beam pickled (a DoFn, a CombineFn, a coder); nothing for other bytes."""
+    try:
+        value = pickler.loads(data)
+    except Exception:
+        return
+    yield from strings_in_object(value, f"{where}<unpickled>", seen)
+
+
+def local_paths(request: Request, *extra: str | os.PathLike) -> list[tuple[str, str]]:
+    """(where, text) of every local path the request names: in the job, the staged pipeline and what is pickled in it."""
+    pattern = local_path_pattern(local_roots(*extra))
+    seen: dict[int, object] = {}
+    strings = [
+        *strings_in_object(request.job, "job", seen),
+        *strings_in_proto(request.pipeline, "pipeline"),
+    ]
+    strings += [found for where, value in list(strings) if isinstance(value, bytes) for found in strings_in_pickle(value, where, seen)]
+    found = []
+    for where, value in strings:
+        text = value if isinstance(value, str) else value.decode("utf-8", "replace")
+        match = pattern.search(text)
+        if match:
+            found.append((where, text[max(0, match.start() - 20) : match.end() + 60]))
+    return found
+
+
+# --- the stages' jobs ------------------------------------------------------------------------------
+
+
+def documents_request(cfg: Config) -> Request:
+    """The documents stage's Beam job: its graph on a pipeline with the build's options, run dry."""
+    job = documents_job(cfg, Layout.at(cfg.run.output_dir, cfg.run.temp_location), documents_parts(cfg.run.stages))
+    pipeline = beam.Pipeline(options=pipeline_options(cfg.run))
+    documents_graph(pipeline, job)
+    return dataflow_request(pipeline.run().job)
+
+
+def examples_request(cfg: Config, layout: Layout, name: str, submitted: list) -> Request:
+    """The ``bert`` or ``gpt`` stage's Beam job, as its stage calls it, dry (its shards then hold nothing)."""
+    write, vocab = {"bert": (write_bert_shards, "wordpiece"), "gpt": (write_gpt_shards, "bpe")}[name]
+    options = pipeline_options(cfg.run)
+    write(options, output_files(layout.documents), layout.vocab(vocab), layout.shards(name), getattr(cfg, name), cfg.shards, cfg.run.seed)
+    (job,) = submitted
+    return dataflow_request(job)
+
+
+def test_documents_job_has_every_stage_and_names_no_local_path(cloud_inputs, tmp_path):
+    request = documents_request(cloud_config())
+    top = {name.split("/")[0] for name in request.transform_names()}
+    assert {"ListBooks", "ReadBooks", "BooksListed", "ListWikipedia", "ReadWikipedia", "AllSources"} <= top
+    assert {"ExactDedup", "NearDedup", "WriteDocuments", "AllRejects", "WriteRejects", "WriteCounters"} <= top
+    assert request.job["environment"]["sdkPipelineOptions"]["options"]["runner"] == "DataflowRunner"
+    assert local_paths(request, tmp_path) == []
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt"])
+def test_example_jobs_have_every_step_and_name_no_local_path(cloud_inputs, submitted, tmp_path, name):
+    request = examples_request(cloud_config(stages=["vocab", name]), cloud_inputs, name, submitted)
+    names = request.transform_names()
+    assert {"Read/Parts", "Read/Rows", "Examples"} <= {n.rsplit("/", 1)[0] if n.count("/") > 1 else n for n in names} | names
+    assert any(n.endswith("/Tokenize/Tokenize") for n in names) and any(n.endswith("/ByBucket") for n in names)
+    assert any(n.endswith("/WriteCounters") for n in names)
+    assert local_paths(request, tmp_path) == []
