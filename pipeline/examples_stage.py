@@ -11,14 +11,18 @@ Both then shuffle globally (``shards.writer``): every example gets a 64-bit key 
 ``(seed, doc id, dupe, example index)`` (GPT: ``(seed, bucket, window index)``), the step that makes
 examples writes them straight to spill files, one per (range bucket, producer), and only counters
 travel on through Beam; the launching process then plans the cut of the global order into balanced
-shards and spawned worker processes write one shard each (sorting the range buckets it takes) before
-the launcher writes the manifest. Nothing corpus-sized passes through the runner, which the
-in-memory DirectRunner would buffer whole, nor through the launcher, so peak memory is set by the
-partner bucket, sort bucket and shard sizes (``BertConfig``, ``ShardsConfig``), not by the corpus.
+shards from a listing of the spill files, one shard is written per job (sorting the range buckets it
+takes, hashing the shard), and the launcher writes the manifest from the jobs' small entries. The
+jobs run in spawned processes beside the launcher on an in-process runner (today's speed), and as
+Beam steps on the runner's workers (``cut_with_beam``) when it is distributed. Nothing corpus-sized
+passes through the runner, which the in-memory DirectRunner would buffer whole, nor through the
+launcher, so peak memory is set by the partner bucket, sort bucket and shard sizes
+(``BertConfig``, ``ShardsConfig``), not by the corpus.
 
 Elements are whole documents and buckets, never single examples, so Beam overhead stays small. All randomness is keyed by stable ids, so DirectRunner (any mode, any worker count)
 and DaskRunner write byte-identical shards. Every folder is a storage path (``corpusforge.core.storage``):
-the spill folder inside ``out_dir`` must be one every worker reaches (a shared local folder or a URI).
+the spill folder (inside ``work``, by default inside ``out_dir``) and ``out_dir`` must be ones every
+worker reaches (a shared local folder or a URI).
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from corpusforge.encoding.sentence_tokens import SentenceEncoder
 from corpusforge.encoding.vocab import EOT, load_tokenizer, vocab_manifest
 from corpusforge.pipeline.counters import COUNTERS, merge_counters, only, write_counters
 from corpusforge.shards.format import MANIFEST_NAME, bert_schema, gpt_schema, id_type, shard_manifest
-from corpusforge.shards.writer import row_bytes, spill_pieces, write_ipc, write_spilled_shards
+from corpusforge.shards.writer import ShardJob, row_bytes, spill_pieces, write_ipc, write_spilled_shards
 
 # Multi-output steps emit (kind, value) pairs split by ``only``: the DaskRunner mixes tagged outputs
 # and drops what ``finish_bundle`` emits, so neither is used here.
@@ -57,6 +61,7 @@ READ_ROWS = 256  # Parquet rows decoded into Python at a time
 DocRef = tuple[str, str, int]  # (doc id, spill file name, row): what travels through the document shuffles
 DOCS_DIR, EXAMPLES_DIR = "docs", "examples"  # spill folders inside the run's temporary folder
 COUNTERS_FILE = "counters.json"  # {stream: {name: count}} in the run's temporary folder
+ENTRIES_FILE = "shards.json"  # [[shard index, manifest entry], ...] from the shards cut on the runner's workers
 
 
 def example_keys(bases: Sequence[int], owner: np.ndarray) -> np.ndarray:
@@ -289,13 +294,13 @@ class Job:
 
 
 @contextmanager
-def spill_folder(out_dir: storage.PathLike) -> Iterator[str]:
-    """A fresh ``.sort-*`` folder in ``out_dir`` for the job's spill files, removed afterwards.
+def spill_folder(out_dir: storage.PathLike, work: storage.PathLike | None = None) -> Iterator[str]:
+    """A fresh ``.sort-*`` folder in ``work`` (default: ``out_dir``) for the job's spill files, removed afterwards.
 
-    The previous manifest goes first: the folder is visibly incomplete until the new one is written.
+    The previous manifest in ``out_dir`` goes first: the folder is visibly incomplete until the new one is written.
     """
     storage.remove(storage.join(out_dir, MANIFEST_NAME))
-    temp = storage.join(out_dir, f".sort-{uuid.uuid4().hex}")
+    temp = storage.join(out_dir if work is None else work, f".sort-{uuid.uuid4().hex}")
     storage.makedirs(temp)
     try:
         yield temp
@@ -311,8 +316,13 @@ def run_job(
     out_dir: storage.PathLike,
     layout: Layout,
     shards: ShardsConfig,
+    cut_on_workers: bool = False,
 ) -> dict:
-    """Run ``source | graph`` (which spills examples and writes the counters), then cut the shards, checking the spill holds what the counters announce."""
+    """Run ``source | graph`` (which spills examples and writes the counters), then cut the shards, checking the spill holds what the counters announce.
+
+    ``cut_on_workers``: the shards are cut by a second Beam job on the runner's workers (a distributed
+    runner), not by processes spawned beside the launcher.
+    """
     with beam.Pipeline(options=pipeline_options) as p:
         _ = p | "Read" >> source | "Examples" >> graph
     counts_file = storage.join(job.temp, COUNTERS_FILE)  # absent only when no batch came in (an empty corpus)
@@ -326,7 +336,36 @@ def run_job(
         max_examples=shards.max_examples,
         compression=shards.compression,
         expected=counters.get("examples", counters.get("full_windows", 0) + counters.get("tail_windows", 0)),
+        cut=partial(cut_with_beam, pipeline_options, job.temp) if cut_on_workers else None,
     )
+
+
+def cut_with_beam(pipeline_options: PipelineOptions, temp: str, jobs: list[ShardJob]) -> list[dict]:
+    """Each shard cut by a Beam step on the runner's workers (its range buckets read, the shard written and hashed
+    there, all by path); only the small manifest entries come back, gathered in one file in ``temp``.
+
+    A ``shards.writer.Cut``. Jobs are single elements (``Create`` spreads them: a reshuffle on Beam's
+    runners, one partition each on Dask), so the shards are written in parallel, each by one worker.
+    """
+    path = storage.join(temp, ENTRIES_FILE)
+    with beam.Pipeline(options=pipeline_options) as p:
+        _ = (
+            p
+            | "ShardJobs" >> beam.Create(list(enumerate(jobs)))
+            | "CutShard" >> beam.MapTuple(_cut_shard)
+            | "GatherEntries" >> beam.GroupByKey()
+            | "WriteEntries" >> beam.Map(_write_entries, path)
+        )
+    return [entry for _, entry in storage.read_json(path)]  # in job order: written sorted by index
+
+
+def _cut_shard(index: int, job: ShardJob) -> tuple[int, tuple[int, dict]]:
+    """The shard written; its entry under the single key that gathers them all (the graph's sink must be one step)."""
+    return 0, (index, job.write())
+
+
+def _write_entries(item: tuple[int, Iterable[tuple[int, dict]]], path: str) -> None:
+    storage.write_json(path, sorted(item[1], key=lambda entry: entry[0]))
 
 
 def _read_row_group(part: tuple[str, int], columns: tuple[str, str]) -> Iterator[list[tuple]]:
@@ -402,14 +441,21 @@ def write_bert_shards(
     bert: BertConfig,
     shards: ShardsConfig,
     seed: int,
+    *,
+    work: storage.PathLike | None = None,
+    cut_on_workers: bool = False,
 ) -> dict:
-    """BERT shards from Parquet documents (columns id, text); returns the manifest written."""
+    """BERT shards from Parquet documents (columns id, text); returns the manifest written.
+
+    ``work``: where the spill folder goes (the run's temporary area; default ``out_dir``), a folder
+    every worker reaches. ``cut_on_workers``: cut the shards as Beam steps (a distributed runner).
+    """
     layout = bert_layout(vocab_dir, bert, shards, seed, [os.fspath(p) for p in doc_paths])
     size = corpus_size(doc_paths, "text")
-    with spill_folder(out_dir) as temp:
+    with spill_folder(out_dir, work) as temp:
         job = Job(os.fspath(vocab_dir), temp, bert_sort_buckets(size[1], layout, bert, shards), seed)
         source = ReadBatches(doc_paths, ("id", "text"), split_sentences=True)
-        return run_job(pipeline_options, source, bert_examples(job, bert, size), job, out_dir, layout, shards)
+        return run_job(pipeline_options, source, bert_examples(job, bert, size), job, out_dir, layout, shards, cut_on_workers)
 
 
 def gpt_bucket(doc: DocRef, buckets: int, seed: int) -> Iterator[tuple[int, DocRef]]:
@@ -425,11 +471,16 @@ def write_gpt_shards(
     gpt: GptConfig,
     shards: ShardsConfig,
     seed: int,
+    *,
+    work: storage.PathLike | None = None,
+    cut_on_workers: bool = False,
 ) -> dict:
-    """GPT shards from Parquet documents (columns id, text); returns the manifest written."""
+    """GPT shards from Parquet documents (columns id, text); returns the manifest written (``work``,
+    ``cut_on_workers``: as for ``write_bert_shards``)."""
     layout = gpt_layout(vocab_dir, gpt, shards, seed, [os.fspath(p) for p in doc_paths])
     size = corpus_size(doc_paths, "text")
     sort_buckets = sort_bucket_count(size[1] / BYTES_PER_TOKEN / (gpt.seq_len + 1), row_bytes(layout.schema), shards)
-    with spill_folder(out_dir) as temp:
+    with spill_folder(out_dir, work) as temp:
         job = Job(os.fspath(vocab_dir), temp, sort_buckets, seed)
-        return run_job(pipeline_options, ReadBatches(doc_paths, ("id", "text")), gpt_windows(job, gpt, size), job, out_dir, layout, shards)
+        graph = gpt_windows(job, gpt, size)
+        return run_job(pipeline_options, ReadBatches(doc_paths, ("id", "text")), graph, job, out_dir, layout, shards, cut_on_workers)

@@ -99,7 +99,9 @@ class ShardCache:
             if path.endswith(SUFFIX) and not _pins[path] and self._evict(path):
                 total -= size
         if total > self.limit:
-            logger.warning("%s: %.2f GB in use, over the cache limit of %.2f GB", self.directory, total / 1e9, self.limit / 1e9)
+            logger.warning(
+                "%s: %.3g GB with the shards in use, over the cache limit of %.3g GB", self.directory, total / 1e9, self.limit / 1e9
+            )
 
     def _entries(self) -> list[tuple[int, int, str]]:
         """(mtime, size, path) of every cached file and download under way; a killed download's debris is removed."""

@@ -1,7 +1,8 @@
 """Summarise a shard directory (what a person checks before training on it) and show single examples.
 
 Statistics come from the first ``sample`` examples in file order (200k by default) so that a
-multi-gigabyte directory is summarised in seconds; the summary says when it sampled.
+multi-gigabyte directory is summarised in seconds; the summary says when it sampled. A directory
+behind a URI is read through the shard cache (``shards.cache``), so its shards are checked on download.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from rich.text import Text
 from tokenizers import Tokenizer
 
 from corpusforge.core import storage
-from corpusforge.shards.reader import Manifest, ShardError, column_view, open_shard, read_manifest
+from corpusforge.shards.cache import open_cached
+from corpusforge.shards.reader import Manifest, ShardError, column_view, read_manifest
 
 SAMPLE = 200_000
 HISTOGRAM_BINS = 16
@@ -56,7 +58,7 @@ def _sampled_columns(manifest: Manifest, sample: int) -> dict[str, np.ndarray]:
     for entry in manifest.shards:
         if remaining <= 0:
             break
-        table = open_shard(manifest.shard_path(entry), expected=entry).slice(0, remaining)
+        table = open_cached(manifest, entry).slice(0, remaining)
         for name in table.column_names:
             parts.setdefault(name, []).append(column_view(table, name))
         remaining -= table.num_rows
@@ -168,7 +170,7 @@ def render_example(directory: storage.PathLike, index: int, vocab: storage.PathL
     offset = 0
     for entry in manifest.shards:
         if index < offset + entry.examples:
-            row = open_shard(manifest.shard_path(entry), expected=entry).slice(index - offset, 1).to_pylist()[0]
+            row = open_cached(manifest, entry).slice(index - offset, 1).to_pylist()[0]
             break
         offset += entry.examples
     if not storage.is_file(manifest.tokenizer_path()):

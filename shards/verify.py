@@ -4,11 +4,17 @@ Every problem is one line naming the file; an empty list means the directory is 
 manifest validity, shard names, no missing shards, no stray ``*.arrow`` or half-written ``*.tmp-*``
 files, each shard's size, sha256, schema, example and token counts and basic value sanity, the
 totals, and the vocabulary file's checksum and id type.
+
+A folder behind a URI is checked the same way: each object is downloaded once, its size and sha256
+compared with the manifest's on the way, then read from the local copy (a throwaway one, or the
+trainer's cache so that training reuses it).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
@@ -16,12 +22,18 @@ from tqdm import tqdm
 
 from corpusforge.core import storage
 from corpusforge.core.layout import Layout, build_folder_of
+from corpusforge.shards.cache import ShardCache, checked_copy, release
 from corpusforge.shards.format import MANIFEST_NAME, SHARD_PATTERN, id_type
 from corpusforge.shards.reader import Manifest, ShardEntry, ShardError, column_view, open_shard, read_manifest
 
 
-def verify(directory: storage.PathLike, *, progress: bool = False, vocab: storage.PathLike | None = None) -> list[str]:
-    """Every problem of ``directory``, one line each; ``vocab`` replaces the manifest's vocabulary path."""
+def verify(
+    directory: storage.PathLike, *, progress: bool = False, vocab: storage.PathLike | None = None, cache: ShardCache | None = None
+) -> list[str]:
+    """Every problem of ``directory``, one line each; ``vocab`` replaces the manifest's vocabulary path.
+
+    ``cache`` keeps a URI folder's downloaded shards (``shards.cache``); without it each is a throwaway copy.
+    """
     directory = os.fspath(directory)
     try:
         manifest = read_manifest(directory, vocab=vocab)
@@ -33,7 +45,7 @@ def verify(directory: storage.PathLike, *, progress: bool = False, vocab: storag
     except ShardError as exc:
         return problems + [str(exc)]
     for entry in tqdm(manifest.shards, desc="verify", unit="shard", disable=None if progress else True):
-        problems += _check_shard(manifest, entry, schema)
+        problems += _check_shard(manifest, entry, schema, cache)
     for key, actual in (("examples", manifest.examples), ("tokens", manifest.tokens)):
         if manifest.totals.get(key) != actual:
             problems.append(
@@ -71,7 +83,9 @@ def _check_vocab(manifest: Manifest) -> list[str]:
     path, vocab = manifest.vocab_path(), manifest.vocab
     problems = []
     if manifest.shard_schema.id_type != str(id_type(vocab.size)):
-        problems.append(f"{manifest.root / MANIFEST_NAME}: id_type {manifest.shard_schema.id_type} does not fit vocab size {vocab.size}")
+        problems.append(
+            f"{storage.join(manifest.root, MANIFEST_NAME)}: id_type {manifest.shard_schema.id_type} does not fit vocab size {vocab.size}"
+        )
     if storage.is_dir(path):
         from corpusforge.encoding.vocab import vocab_sha256  # the build's digest over a vocabulary directory's files
 
@@ -85,14 +99,36 @@ def _check_vocab(manifest: Manifest) -> list[str]:
     return problems
 
 
-def _check_shard(manifest: Manifest, entry: ShardEntry, schema: pa.Schema) -> list[str]:
+def _check_shard(manifest: Manifest, entry: ShardEntry, schema: pa.Schema, cache: ShardCache | None) -> list[str]:
     path = manifest.shard_path(entry)
     if not storage.is_file(path):
         return []  # already reported as missing
     try:
-        table = open_shard(path, expected=entry, check_sha=True, schema=schema)
+        with _local_copy(path, entry, cache) as local:  # a download is checked against size and sha256 on the way
+            return _check_table(manifest, entry, open_shard(path, expected=entry, check_sha=local is None, schema=schema, local=local))
     except ShardError as exc:
         return [str(exc)]
+
+
+@contextmanager
+def _local_copy(path: str, entry: ShardEntry, cache: ShardCache | None) -> Iterator[str | None]:
+    """Where a shard is read: in place when local (None), else a checked download, into ``cache`` when given."""
+    if storage.is_local(path):
+        yield None
+    elif cache is None:
+        with checked_copy(path, entry.sha256, entry.bytes) as local:
+            yield local
+    else:
+        local = cache.local_copy(path, entry.sha256, entry.bytes)
+        try:
+            yield local
+        finally:
+            release(local)
+
+
+def _check_table(manifest: Manifest, entry: ShardEntry, table: pa.Table) -> list[str]:
+    """Nulls, token counts and value ranges of an opened shard."""
+    path = manifest.shard_path(entry)
     problems = [f"{path}: column {name} has nulls" for name in table.column_names if table.column(name).null_count]
     if problems:
         return problems

@@ -6,12 +6,13 @@ global order, and whoever makes examples writes each bucket's share straight to 
 (``spill_pieces``, run inside Beam workers) instead of sending it through the runner's shuffle,
 which the in-memory runner would hold in memory several times over. ``write_spilled_shards`` then
 cuts the global order into S shards whose example counts differ by at most one: the launching
-process only plans the cut from the spill files' headers (``plan_cut``: which rows of which sorted
-buckets each shard takes) and hands one job per shard to a pool of spawned worker processes
-(``write_shard``). A job sorts the keys of each bucket it needs and copies its rows straight into
-the shard's columns (each shard is one record batch, so readers get contiguous columns), so a
-worker holds one shard plus one bucket's keys plus one spill file, whatever the corpus size, and
-the launcher holds only the plan.
+process only plans the cut from a listing of the spill files (``plan_cut``: which rows of which
+sorted buckets each shard takes; every file's name carries its row count) and hands one
+self-contained job per shard (``ShardJob``) to a pool of spawned worker processes, or to whatever
+``cut`` it is given (Beam steps on a distributed runner's workers). A job sorts the keys of each
+bucket it needs and copies its rows straight into the shard's columns (each shard is one record
+batch, so readers get contiguous columns), so a worker holds one shard plus one bucket's keys plus
+one spill file, whatever the corpus size, and the launcher holds only the plan.
 
 Every file is written under a temporary name and renamed into place; the manifest is removed
 before and written after all shards, so a directory without ``manifest.json`` is never complete.
@@ -26,7 +27,7 @@ import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -75,10 +76,12 @@ def range_buckets(keys: np.ndarray, num_buckets: int) -> np.ndarray:
 def spill_pieces(
     directory: storage.PathLike, origin: str, keys: np.ndarray, columns: dict[str, np.ndarray], schema: pa.Schema, num_buckets: int
 ) -> None:
-    """Write the examples of one producer as ``directory/bucket-<b>/<origin>.arrow``, one file per range bucket.
+    """Write the examples of one producer as ``directory/bucket-<b>/<origin>.<rows>.arrow``, one file per range bucket.
 
-    A file's name depends only on its bucket and ``origin`` (a stable name of the producer), so a
-    retried bundle replaces its own files, atomically, rather than adding copies.
+    A file's name depends only on its bucket, ``origin`` (a stable name of the producer) and its
+    row count, which a retried bundle reproduces (every key is drawn from stable ids), so the retry
+    replaces its own files, atomically, rather than adding copies. The count in the name lets the
+    cut be planned from a listing alone: no spill file is read by the launcher, even on a store.
     """
     batch = record_batch(keyed_schema(schema), {KEY: keys, **columns})
     owner = range_buckets(keys, num_buckets)
@@ -87,7 +90,7 @@ def spill_pieces(
         if len(rows):
             folder = storage.join(directory, f"bucket-{int(owner[rows[0]]):08d}")
             storage.makedirs(folder)
-            write_ipc(storage.join(folder, f"{origin}.arrow"), pa.Table.from_batches([batch.take(pa.array(rows))]))
+            write_ipc(storage.join(folder, f"{origin}.{len(rows)}.arrow"), pa.Table.from_batches([batch.take(pa.array(rows))]))
 
 
 def _matching(folder: storage.PathLike, pattern: str) -> list[str]:
@@ -160,7 +163,11 @@ def _columns(schema: pa.Schema) -> str:
 
 
 def _spill_rows(path: str) -> int:
-    return sum(batch.num_rows for batch in _read_spill(path))
+    """A spill file's examples, from its name (``<origin>.<rows>.arrow``, see ``spill_pieces``)."""
+    try:
+        return int(storage.name(path).rsplit(".", 2)[1])
+    except (IndexError, ValueError):
+        raise ValueError(f"{path}: not a spill file name (<origin>.<rows>.arrow)") from None
 
 
 def _empty_columns(schema: pa.Schema, rows: int) -> dict[str, np.ndarray]:
@@ -179,7 +186,7 @@ def _column_view(array: pa.Array) -> np.ndarray:
 
 
 def spilled_rows(directory: storage.PathLike) -> int:
-    """Examples in all spill files, from the batch headers (memory-mapped: the columns are not read)."""
+    """Examples in all spill files, from their names: no file is read."""
     return sum(_spill_rows(path) for paths in _spill_buckets(directory) for path in paths)
 
 
@@ -257,7 +264,7 @@ class CutPlan:
 
 
 def plan_cut(directory: storage.PathLike, schema: pa.Schema, target_bytes: int, max_examples: int | None = None) -> CutPlan:
-    """The shards of the spilled examples in ``directory`` and the bucket rows each takes, from the spill headers alone.
+    """The shards of the spilled examples in ``directory`` and the bucket rows each takes, from a listing of the spill files alone.
 
     A shard may straddle buckets and a bucket may feed several shards (each job then sorts it).
     """
@@ -282,7 +289,7 @@ def plan_cut(directory: storage.PathLike, schema: pa.Schema, target_bytes: int, 
 def write_shard(path: str, pieces: Sequence[tuple[Sequence[str], int, int]], schema: pa.Schema, compression: str | None) -> dict:
     """One shard from (spill files of a bucket, first row in its sorted order, rows) pieces; returns its manifest entry.
 
-    Run in a worker process. The columns are allocated once and filled by copies, never slices of
+    Run in a worker process or Beam worker. The columns are allocated once and filled by copies, never slices of
     a spill batch: the IPC writer records a slice's buffer lengths padded (see ``_fill_shards``).
     """
     size = sum(rows for _, _, rows in pieces)
@@ -296,6 +303,23 @@ def write_shard(path: str, pieces: Sequence[tuple[Sequence[str], int, int]], sch
     return _shard_entry(path, table)
 
 
+@dataclass(frozen=True)
+class ShardJob:
+    """One shard of a cut, self-contained (paths only), so any process or worker that reaches the files can write it."""
+
+    path: str
+    pieces: list[tuple[list[str], int, int]]  # (spill files of a bucket, first row in its sorted order, rows)
+    schema: pa.Schema
+    compression: str | None
+
+    def write(self) -> dict:
+        """Write the shard; returns its manifest entry (examples, tokens, bytes, sha256)."""
+        return write_shard(self.path, self.pieces, self.schema, self.compression)
+
+
+Cut = Callable[[list[ShardJob]], list[dict]]  # writes every job's shard, returns their entries in job order
+
+
 def write_spilled_shards(
     directory: storage.PathLike,
     schema: pa.Schema,
@@ -307,15 +331,17 @@ def write_spilled_shards(
     compression: str = "none",
     workers: int | None = None,
     expected: int | None = None,
+    cut: Cut | None = None,
 ) -> dict:
     """Cut the spilled examples in ``directory`` into balanced shards, one job per shard, then write the manifest last.
 
     ``expected``: the examples the producers announced; the spill files must hold exactly that many.
 
-    Jobs run in ``workers`` spawned processes (default: one per shard up to the CPU count; spawned,
-    never forked: the launcher runs Beam's and gRPC's threads), or here when that is 1 (a process
-    start costs more than it saves then). A job's error is raised here, with the worker's message;
-    the manifest is then not written.
+    Here only the plan is made and the manifest written. ``cut`` runs the jobs (a distributed
+    runner's workers, say); by default they run in ``workers`` spawned processes (one per shard up
+    to the CPU count; spawned, never forked: the launcher runs Beam's and gRPC's threads), or here
+    when that is 1 (a process start costs more than it saves then). A job's error is raised here,
+    with the worker's message; the manifest is then not written.
     """
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be at least 1, not {workers}")
@@ -327,7 +353,7 @@ def write_spilled_shards(
     clear_outputs(out_dir)
     codec = None if compression == "none" else compression
     jobs = [
-        (
+        ShardJob(
             storage.join(out_dir, SHARD_PATTERN.format(index=index, count=len(plan.sizes))),
             [(plan.buckets[bucket], first, rows) for bucket, first, rows in shard],
             schema,
@@ -335,28 +361,31 @@ def write_spilled_shards(
         )
         for index, shard in enumerate(plan.pieces)
     ]
-    with tqdm(total=sum(plan.sizes), unit="ex", desc="shards", disable=None) as progress:
-        entries = _run_jobs(jobs, min(len(jobs), workers or os.cpu_count() or 1), progress)
+    entries = cut(jobs) if cut else _cut_in_processes(jobs, min(len(jobs), workers or os.cpu_count() or 1))
+    if [entry["file"] for entry in entries] != [storage.name(job.path) for job in jobs]:
+        raise RuntimeError(f"the cut returned {len(entries)} entries out of the planned shards' order ({len(jobs)} shards)")
     return _write_manifest(out_dir, manifest, entries)
 
 
-def _run_jobs(jobs: list[tuple], workers: int, progress: tqdm) -> list[dict]:
-    """``write_shard`` of every job, entries in job order; on the first error, pending jobs are cancelled."""
-    if workers == 1:
-        entries = []
-        for job in jobs:
-            entries.append(write_shard(*job))
-            progress.update(entries[-1]["examples"])
-        return entries
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(write_shard, *job) for job in jobs]
-        try:
-            for future in as_completed(futures):
-                progress.update(future.result()["examples"])
-        except BaseException:
-            pool.shutdown(cancel_futures=True)
-            raise
-        return [future.result() for future in futures]
+def _cut_in_processes(jobs: list[ShardJob], workers: int) -> list[dict]:
+    """Every job's shard written here (``workers`` 1) or in spawned processes, entries in job order; on the first
+    error, pending jobs are cancelled."""
+    with tqdm(total=sum(rows for job in jobs for _, _, rows in job.pieces), unit="ex", desc="shards", disable=None) as progress:
+        if workers == 1:
+            entries = []
+            for job in jobs:
+                entries.append(job.write())
+                progress.update(entries[-1]["examples"])
+            return entries
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(write_shard, job.path, job.pieces, job.schema, job.compression) for job in jobs]
+            try:
+                for future in as_completed(futures):
+                    progress.update(future.result()["examples"])
+            except BaseException:
+                pool.shutdown(cancel_futures=True)
+                raise
+            return [future.result() for future in futures]
 
 
 def _shard_entry(path: str, table: pa.Table) -> dict:

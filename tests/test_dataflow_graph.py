@@ -292,9 +292,7 @@ def local_paths(request: Request, *extra: str | os.PathLike) -> list[tuple[str, 
     found = []
     for where, value in strings:
         text = value if isinstance(value, str) else value.decode("utf-8", "replace")
-        match = pattern.search(text)
-        if match:
-            found.append((where, text[max(0, match.start() - 20) : match.end() + 60]))
+        found += [(where, text[match.start() : match.end() + 80].split("\x00")[0]) for match in pattern.finditer(text)]
     return found
 
 
@@ -335,3 +333,17 @@ def test_example_jobs_have_every_step_and_name_no_local_path(cloud_inputs, submi
     assert any(n.endswith("/Tokenize/Tokenize") for n in names) and any(n.endswith("/ByBucket") for n in names)
     assert any(n.endswith("/WriteCounters") for n in names)
     assert local_paths(request, tmp_path) == []
+
+
+def test_a_local_path_in_the_configuration_is_caught(cloud_inputs, tmp_path):
+    """Books read from this machine and a local temp_location: both are found, where the workers would
+    look for them (the listed book files among Create's elements, the spill folder in the reading DoFn)."""
+    books = tmp_path / "books"
+    shutil.copytree(SAMPLES / "books", books)
+    work = tmp_path / "work"
+    cfg = cloud_config(temp_location=str(work))
+    cfg.books.paths = [str(books)]
+    found = local_paths(documents_request(cfg), tmp_path)
+    assert found and all(str(tmp_path) in text for _, text in found)
+    assert any("serialized_values" in where and text.startswith(str(books / "salt_and_iron.txt")) for where, text in found)
+    assert any("do_fn.payload<unpickled>" in where and str(work / "documents" / "spill") in text for where, text in found)

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from corpusforge.core import storage
 from corpusforge.core.config import FinetuneConfig, TrainConfig, load_config
 from corpusforge.core.layout import Layout
+from corpusforge.shards.cache import DEFAULT_DIR, DEFAULT_GB, DIR_ENV, GB_ENV, using
 from corpusforge.shards.reader import ShardError, read_manifest
 
 # rich_markup_mode=None: plain help, so "[train]" is not eaten as markup and long help wraps instead of "…"
@@ -32,7 +33,7 @@ def fail(message: str) -> None:
 
 @app.command("train")
 def train_command(
-    shards: Annotated[str, typer.Option("--shards", help="training shard directory (holds manifest.json)")],
+    shards: Annotated[str, typer.Option("--shards", help="training shard directory (holds manifest.json), local or a URI (s3://...)")],
     out: Annotated[Optional[str], typer.Option("--out", help="run directory (default: <run.output_dir>/train/<model>)")] = None,
     model: Annotated[
         Optional[str],
@@ -70,10 +71,24 @@ def train_command(
             "--vocab", help="vocabulary directory or tokenizer.json, when the shards were moved without the one their manifest names"
         ),
     ] = None,
+    cache_dir: Annotated[
+        Optional[str],
+        typer.Option("--cache-dir", help=f"local cache of shards read from a URI [default: ${DIR_ENV}, else {DEFAULT_DIR}]"),
+    ] = None,
+    cache_gb: Annotated[
+        Optional[float],
+        typer.Option(
+            "--cache-gb",
+            help=f"size limit of the shard cache, least recently used shards go first [default: ${GB_ENV}, else {DEFAULT_GB:g}]",
+        ),
+    ] = None,
     config: Annotated[Optional[Path], typer.Option("--config", help="TOML configuration; its [train] section is the base")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="override a key, e.g. --set train.grad_clip=0.5", show_default=False)] = [],
 ) -> None:
-    """Pre-train a model; logs, checkpoints, curves.png and eval.json (held-out figures) go to the run directory."""
+    """Pre-train a model; logs, checkpoints, curves.png and eval.json (held-out figures) go to the run directory.
+
+    --shards, --eval-shards, --out and --resume may be URIs: shards are streamed through a local cache
+    (checked against the manifest's sha256 on download, reused by later runs), run files are written there."""
     from corpusforge.trainer.loop import train
     from corpusforge.trainer.sizes import get_size
 
@@ -100,7 +115,8 @@ def train_command(
         values = {**cfg.train.model_dump(), **{k: v for k, v in given.items() if v is not None}}
         train_cfg = TrainConfig.model_validate({**values, "task": get_size(values["model"]).family})
         run_dir = out or Layout.at(cfg.run.output_dir).train(train_cfg.model)
-        train(train_cfg, shards, run_dir, eval_shards=eval_shards, resume=resume, device=device)
+        with using(cache_dir, cache_gb):
+            train(train_cfg, shards, run_dir, eval_shards=eval_shards, resume=resume, device=device)
     except ValidationError as error:
         fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()))
     except (ShardError, ValueError, FileNotFoundError) as error:

@@ -23,6 +23,12 @@ worker a batch is copied once into one shared-memory buffer (one segment per bat
 column). Slicing costs next to nothing, so num_workers=0 is often the fastest choice; workers help
 when the main process is busy (page faults on a cold disk, a Python-heavy training step).
 
+A shard directory behind a URI (``s3://bucket/run/shards/bert``) is read the same way from local
+copies: ``shards.cache`` downloads each shard the first time it is needed, checks it against the
+manifest's sha256, and keeps it in a bounded cache that later runs reuse. A stream holds at most
+``OPEN_SHARDS`` shards open (each epoch visits a shard's blocks consecutively), so the cache can let go
+of the others.
+
 ``to_model_inputs(batch, device, task)`` gives what the models take (non-blocking copies, dtype
 conversion on the device):
   BERT: input_ids long [B,L], attention_mask bool [B,L] (pos < length), token_type_ids long [B,L]
@@ -69,9 +75,11 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from corpusforge.core import storage
-from corpusforge.shards.reader import Manifest, chunk_views, open_shard, read_manifest
+from corpusforge.shards.cache import ShardCache, default_cache, open_cached
+from corpusforge.shards.reader import Manifest, chunk_views, read_manifest
 
 Batch = dict[str, torch.Tensor]
+OPEN_SHARDS = 1  # an epoch reads a shard's blocks consecutively: once it moves on, the previous shard can go
 
 
 def holdout_split(examples: int, holdout: int) -> dict[str, Any]:
@@ -121,11 +129,10 @@ def epoch_order(
 
 
 class _OpenShard:
-    """One memory-mapped shard with per-record-batch column views and their row offsets."""
+    """One memory-mapped shard (a URI's through the cache) with per-record-batch column views and their row offsets."""
 
-    def __init__(self, manifest: Manifest, index: int, columns: Sequence[str]):
-        entry = manifest.shards[index]
-        table = open_shard(manifest.shard_path(entry), expected=entry, schema=manifest.arrow_schema())
+    def __init__(self, manifest: Manifest, index: int, columns: Sequence[str], cache: ShardCache):
+        table = open_cached(manifest, manifest.shards[index], cache, schema=manifest.arrow_schema())
         self.views = {name: chunk_views(table, name) for name in columns}
         lengths = [len(view) for view in self.views[columns[0]]]
         self.offsets = np.concatenate([[0], np.cumsum(lengths)])
@@ -157,6 +164,7 @@ class ShardStream(IterableDataset):
         epochs: int | None = 1,
         columns: Sequence[str] | None = None,
         example_range: tuple[int, int] | None = None,
+        cache: ShardCache | None = None,
     ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world of size {world_size}")
@@ -176,7 +184,8 @@ class ShardStream(IterableDataset):
         if self.examples < self.global_batch_size:
             raise ValueError(f"{shard_dir}: {self.examples} examples, fewer than one global batch of {self.global_batch_size}")
         self.epoch, self.position = 0, 0
-        self._shards: dict[int, _OpenShard] = {}  # opened lazily in each worker process, never pickled
+        self.cache = cache or default_cache()  # chosen here, in the main process; workers get it pickled
+        self._shards: dict[int, _OpenShard] = {}  # opened lazily in each worker process, never pickled; oldest first
 
     @property
     def batches_per_epoch(self) -> int:
@@ -269,9 +278,15 @@ class ShardStream(IterableDataset):
             return {name: torch.from_numpy(p[0] if len(p) == 1 else np.concatenate(p)) for name, p in pieces.items()}
 
     def _shard(self, index: int) -> _OpenShard:
-        if index not in self._shards:
-            self._shards[index] = _OpenShard(self.manifest, index, self.columns)
-        return self._shards[index]
+        """Shard ``index``, opened unless it is one of the ``OPEN_SHARDS`` most recently used; the least recent is
+        closed first, so the cache may evict it to make room for this one."""
+        shard = self._shards.pop(index, None)
+        if shard is None:
+            while len(self._shards) >= OPEN_SHARDS:
+                del self._shards[next(iter(self._shards))]
+            shard = _OpenShard(self.manifest, index, self.columns, self.cache)
+        self._shards[index] = shard
+        return shard
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

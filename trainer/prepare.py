@@ -17,6 +17,7 @@ from torch import nn
 
 from corpusforge.core import storage
 from corpusforge.core.config import TrainConfig
+from corpusforge.shards.cache import default_cache
 from corpusforge.shards.reader import ShardError, read_manifest
 from corpusforge.shards.verify import verify
 from corpusforge.trainer.checkpoint import load_checkpoint, read_state, resolve_checkpoint
@@ -28,9 +29,13 @@ from corpusforge.trainer.optim import make_optimizer, make_scheduler, recipe
 
 
 def check_shards(directories: list[storage.PathLike], world: World, progress: bool, vocab: storage.PathLike | None = None) -> None:
-    """Rank 0 reads every shard once (size, sha256, schema) so a bad file fails now, by name, not hours in."""
+    """Rank 0 reads every shard once (size, sha256, schema) so a bad file fails now, by name, not hours in.
+
+    A URI's shards are downloaded into the shard cache on the way, so the training that follows reads them locally.
+    """
     if world.main:
-        problems = [line for directory in directories for line in verify(directory, progress=progress, vocab=vocab)]
+        cache = default_cache()
+        problems = [line for directory in directories for line in verify(directory, progress=progress, vocab=vocab, cache=cache)]
         if problems:
             raise ShardError("; ".join(problems))
     if world.size > 1:
