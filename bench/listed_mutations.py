@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MUTATIONS = [
     (
         "sampling-rate filter deleted",
-        "examples/vocab.py",
+        "encoding/vocab.py",
         "        if stable_hash(seed, doc_id) >= threshold:\n            continue\n",
         "",
         ["tests/test_vocab.py", "-k", "sample"],

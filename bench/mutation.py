@@ -33,8 +33,8 @@ WORK = Path(os.environ.get("MUTATION_WORK", "/tmp/corpusforge-mutation"))
 PACKAGES = ("corpora", "examples", "shards", "pipeline", "trainer")
 MODULES = {  # module -> its own tests (the Dask/Beam runner comparison is left out: 25 s a mutant)
     "corpora/minhash.py": "tests/test_minhash.py",
-    "examples/bert_examples.py": "tests/test_bert_examples.py --deselect tests/test_bert_examples.py::test_beam_stage_writes_identical_shards_on_every_runner",
-    "examples/gpt_examples.py": "tests/test_gpt_examples.py",
+    "encoding/bert_examples.py": "tests/test_bert_examples.py --deselect tests/test_bert_examples.py::test_beam_stage_writes_identical_shards_on_every_runner",
+    "encoding/gpt_examples.py": "tests/test_gpt_examples.py",
     "shards/writer.py": "tests/test_shard_writer.py",
     "trainer/data.py": "tests/test_trainer_data.py",
 }

@@ -10,7 +10,15 @@ over every core; the vocabulary stage takes the same time in both modes, since H
 multi-threaded either way, and its sample is capped, so the speed-up grows with the corpus), and the documents job on a 2-worker and a 1-worker Dask cluster (scheduler and workers in their own
 processes, so the launcher's own peak is measured).
 
+With ``--store s3``, instead: the object store's cost. Per size, the full build on a 2-worker Dask
+LocalCluster (its own process) twice, interleaved: (A) inputs, temp and output on local disk, (B) all
+three on a local S3 server (moto, inputs uploaded first, untimed), the builds reaching it through a
+counting TCP proxy (bench/s3_proxy.py) for the bytes read and written on the store. Prints wall, CPU of
+the launcher, scheduler and workers (moto's and the proxy's own CPU apart: a real store costs none of
+ours), peak RSS per process, store bytes per MB of input, and whether A and B wrote identical data files.
+
     .venv/bin/python bench/scale.py --sizes 100 400 1000 --dask-size 400
+    .venv/bin/python bench/scale.py --store s3 --sizes 400
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import os
 import resource
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -28,10 +37,14 @@ import time
 from pathlib import Path
 
 import psutil
+from s3_proxy import CountingProxy
+
+from corpusforge.core import storage
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from corpus_factory import make_books, make_wikipedia  # noqa: E402
+from s3_fixture import make_buckets, s3_server, upload  # noqa: E402
 
 SHARED_BOOKS = ROOT.parent / "shared" / "data" / "books"
 DOCUMENTS = '["{source}","clean","dedup","near_dedup","documents"]'
@@ -107,10 +120,10 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def build(corpus: Path, out: Path, stages: str, *extra: str, watch: list[int] | None = None) -> dict:
-    shutil.rmtree(out, ignore_errors=True)
-    source = "wikipedia" if corpus.suffix == ".bz2" else "books"
-    cmd = [
+def command(corpus: str | Path, out: str | Path, stages: str, *extra: str) -> list[str]:
+    """``corpusforge build`` of one corpus (a books folder or a Wikipedia dump) into ``out``."""
+    source = "wikipedia" if str(corpus).endswith(".bz2") else "books"
+    return [
         *CLI,
         "--quiet",
         "--set",
@@ -121,6 +134,11 @@ def build(corpus: Path, out: Path, stages: str, *extra: str, watch: list[int] | 
         f"run.stages={stages.format(source=source)}",
         *extra,
     ]
+
+
+def build(corpus: Path, out: Path, stages: str, *extra: str, watch: list[int] | None = None) -> dict:
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = command(corpus, out, stages, *extra)
     cpu0, t0 = children_cpu(), time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(out.with_suffix(".log"), "w"))
     stages_run = tuple(s for s in ("documents", "vocab", "bert", "gpt") if s in stages)
@@ -259,13 +277,247 @@ def _tree(pid: int) -> list[psutil.Process]:
         return []
 
 
+# --- --store s3: the same build on local disk and on an object store ------------------------------
+
+BUCKETS = ("bench-in", "bench-out")
+DATA = ("documents", "rejects", "vocab", "shards")  # what a build makes from its inputs (manifests also record paths and times)
+CLUSTER_SCRIPT = """
+import json, os, sys
+import dask
+from distributed import Client, LocalCluster
+dask.config.set({"distributed.worker.daemon": False})  # the workers may start processes, as on a real cluster
+with (
+    LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None, memory_limit=0) as cluster,
+    Client(cluster) as client,
+):
+    pids = sorted(client.run(os.getpid).values())
+    print(json.dumps({"address": cluster.scheduler_address, "workers": pids}), flush=True)
+    sys.stdin.read()  # until the benchmark closes our stdin
+"""
+
+
+class Cluster:
+    """A 2-worker Dask LocalCluster in its own process (scheduler and nannies there, a process per worker),
+    so the launcher's, the scheduler's and each worker's CPU and memory are measured apart."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.env, self.log = env, log
+
+    def __enter__(self) -> Cluster:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", CLUSTER_SCRIPT],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=open(self.log, "w"),
+            env=self.env,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"the Dask cluster did not start: see {self.log}")
+        started = json.loads(line)
+        self.address, self.workers = started["address"], started["workers"]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far of the scheduler's process (nannies included) and of the workers."""
+        return {"scheduler": _own_cpu(self.proc.pid), "workers": sum(_live_cpu(pid) for pid in self.workers)}
+
+
+def _own_cpu(pid: int) -> float:
+    """CPU seconds of one process and of its children it has reaped."""
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return 0.0
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def _live_cpu(pid: int) -> float:
+    """CPU seconds of a process, its live descendants and every child any of them has reaped."""
+    return sum(_own_cpu(proc.pid) for proc in _tree(pid))
+
+
+def store_build(corpus: str, out: str, temp: str, env: dict[str, str], log: Path, moto: int, proxy: CountingProxy) -> dict:
+    """The full build on a fresh 2-worker cluster; CPU per process group, peak RSS per process, store bytes."""
+    for path in (out, temp):
+        storage.remove_tree(path)
+    extra = ["--set", f'run.temp_location="{temp}"', "--set", 'run.runner="DaskRunner"']
+    with Cluster(env, log.with_suffix(".cluster.log")) as cluster:
+        cmd = command(corpus, out, FULL, *extra, "--set", f'run.beam_args=["--dask_client_address={cluster.address}"]')
+        cluster0, moto0, proxy0, bytes0 = cluster.cpu(), _live_cpu(moto), proxy.cpu_seconds(), proxy.counts()
+        cpu0, t0 = children_cpu(), time.perf_counter()
+        launcher = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(log, "w"), env=env)
+        watcher = PeakWatcher([launcher.pid, cluster.proc.pid])
+        launcher.wait()
+        wall, launcher_cpu = time.perf_counter() - t0, children_cpu() - cpu0
+        cluster1, moto1, proxy1, bytes1 = cluster.cpu(), _live_cpu(moto), proxy.cpu_seconds(), proxy.counts()
+        watcher.stop()
+    if launcher.returncode:
+        raise SystemExit(f"build failed ({launcher.returncode}): see {log}")
+    return {
+        "wall": wall,
+        "cpu": {"launcher": launcher_cpu, **{k: cluster1[k] - cluster0[k] for k in cluster0}},
+        "moto_cpu": moto1 - moto0,
+        "proxy_cpu": proxy1 - proxy0,
+        "written": bytes1["to_store"] - bytes0["to_store"],
+        "read": bytes1["from_store"] - bytes0["from_store"],
+        "launcher": watcher.peaks.get(launcher.pid, 0),
+        "launcher_children": watcher.children_peak(launcher.pid),
+        "scheduler": watcher.peaks.get(cluster.proc.pid, 0),
+        "workers": [watcher.peaks.get(pid, 0) for pid in cluster.workers],
+        "stages": storage.read_json(storage.join(out, "manifest.json"))["stage_seconds"],
+    }
+
+
+def data_digests(out: str) -> dict[str, str]:
+    """sha256 of every data file a build wrote, by path relative to its output folder."""
+    return {
+        storage.relative(path, out): storage.sha256(path)
+        for folder in DATA
+        for path in storage.files_under(storage.join(out, folder))
+        if storage.name(path) != "manifest.json"
+    }
+
+
+def _moto_pid() -> int:
+    """The moto server that ``s3_server`` started as our child."""
+    for child in psutil.Process().children():
+        if any("moto_server" in part for part in child.cmdline()):
+            return child.pid
+    raise RuntimeError("no moto_server child found")
+
+
+def store_mode(sizes: list[int], work: Path, source: str, repeat: int) -> None:
+    """Per size, the full build with everything on local disk and with everything on S3, interleaved."""
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"machine: {os.cpu_count()} cores, load average {load} at start; source: {source}; each run: a fresh 2-worker Dask LocalCluster (1 thread a worker)"
+    )
+    print(
+        "S3: moto_server on 127.0.0.1 behind a counting TCP proxy; store MB counts HTTP bodies and headers (requests ~ written, responses ~ read)"
+    )
+    print("CPU s = launcher + scheduler (with nannies) + workers; moto's and the proxy's CPU apart (a real store costs none of ours)\n")
+    header = (
+        f"{'run':14} {'input MB':>8} {'wall s':>7} {'CPU s':>7} {'launcher':>8} {'sched':>6} {'workers':>7} {'moto':>6} {'proxy':>6}"
+        f" {'launcher MB':>11} {'sched MB':>8} {'worker MB':>11} {'read MB/MB':>10} {'written MB/MB':>13}"
+    )
+    summary = {}
+    with s3_server() as env:  # the benchmark reaches moto directly (uploads, checks: not counted); builds through the proxy
+        moto = _moto_pid()
+        make_buckets(*BUCKETS)
+        host, port = env["AWS_ENDPOINT_URL"].removeprefix("http://").rsplit(":", 1)
+        with CountingProxy(host, int(port)) as proxy:
+            build_env = {**os.environ, "AWS_ENDPOINT_URL": proxy.endpoint, "AWS_ENDPOINT_URL_S3": proxy.endpoint}
+            for size in sizes:
+                corpus, nbytes = corpus_of(size, work, source)
+                remote = f"s3://{BUCKETS[0]}/{corpus.name}"
+                upload(corpus, remote)
+                print(header, flush=True)
+                runs = []
+                for i in range(1, repeat + 1):
+                    local_out = work / f"store-local-{size}"
+                    a = store_build(
+                        str(corpus),
+                        str(local_out / "out"),
+                        str(local_out / "tmp"),
+                        build_env,
+                        work / f"store-local-{size}.log",
+                        moto,
+                        proxy,
+                    )
+                    print_store_row(f"local disk #{i}", a, nbytes)
+                    b_out, b_tmp = f"s3://{BUCKETS[1]}/run-{size}", f"s3://{BUCKETS[1]}/tmp-{size}"
+                    b = store_build(remote, b_out, b_tmp, build_env, work / f"store-s3-{size}.log", moto, proxy)
+                    print_store_row(f"S3 (moto) #{i}", b, nbytes)
+                    print_identity(data_digests(str(local_out / "out")), data_digests(b_out))
+                    print_stage_seconds(a, b)
+                    runs.append((a, b))
+                    for path in (b_out, b_tmp):
+                        storage.remove_tree(path)
+                storage.remove_tree(remote)
+                summary[size] = print_ratios(size, runs)
+                print(flush=True)
+    print_store_targets(summary, max(sizes))
+
+
+def print_store_row(label: str, r: dict, nbytes: int) -> None:
+    mb_in = nbytes / 2**20
+    cpu = r["cpu"]
+    children = f"  (launcher's children: {mb(r['launcher_children'])} MB)" if r["launcher_children"] else ""
+    print(
+        f"{label:14} {mb_in:8.0f} {r['wall']:7.1f} {sum(cpu.values()):7.1f} {cpu['launcher']:8.1f} {cpu['scheduler']:6.1f} {cpu['workers']:7.1f}"
+        f" {r['moto_cpu']:6.1f} {r['proxy_cpu']:6.1f} {mb(r['launcher']):>11} {mb(r['scheduler']):>8} {'/'.join(mb(w) for w in r['workers']):>11}"
+        f" {r['read'] / 2**20 / mb_in:10.2f} {r['written'] / 2**20 / mb_in:13.2f}{children}",
+        flush=True,
+    )
+
+
+def print_identity(local: dict[str, str], remote: dict[str, str]) -> None:
+    differ = sorted(p for p in local.keys() | remote.keys() if local.get(p) != remote.get(p))
+    folders = ", ".join(DATA)
+    if differ:
+        print(f"  data files ({folders}): {len(differ)} DIFFER: {', '.join(differ[:10])}", flush=True)
+    else:
+        print(f"  data files ({folders}): {len(local)} files, byte-identical on local disk and on S3", flush=True)
+
+
+def print_stage_seconds(a: dict, b: dict) -> None:
+    stages = ", ".join(f"{s} {a['stages'][s]:.1f}/{b['stages'].get(s, float('nan')):.1f}" for s in a["stages"] if s != "total")
+    print(f"  stage seconds, local/S3: {stages}", flush=True)
+
+
+def print_ratios(size: int, runs: list[tuple[dict, dict]]) -> dict[str, float]:
+    """S3 over local at one size, from the medians of the runs (interleaved, so load drifts hit both)."""
+    med = lambda f, side: statistics.median(f(run[side]) for run in runs)  # noqa: E731
+    cpu = lambda r: sum(r["cpu"].values())  # noqa: E731
+    ratios = {
+        "wall": med(lambda r: r["wall"], 1) / med(lambda r: r["wall"], 0),
+        "cpu": med(cpu, 1) / med(cpu, 0),
+        "cpu_moto": med(lambda r: cpu(r) + r["moto_cpu"], 1) / med(lambda r: cpu(r) + r["moto_cpu"], 0),
+        "launcher": max(max(a["launcher"], b["launcher"]) for a, b in runs),
+        "workers": max(max(a["workers"] + b["workers"]) for a, b in runs),
+        "read": med(lambda r: r["read"], 1),
+        "written": med(lambda r: r["written"], 1),
+        "proxy_cpu": med(lambda r: r["proxy_cpu"], 1),
+    }
+    print(
+        f"  at {size} MB, S3 / local (medians of {len(runs)}): wall {ratios['wall']:.2f}x, CPU {ratios['cpu']:.2f}x without moto's CPU, "
+        f"{ratios['cpu_moto']:.2f}x with it",
+        flush=True,
+    )
+    return ratios
+
+
+def print_store_targets(summary: dict[int, dict[str, float]], size: int) -> None:
+    r = summary[size]
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"targets at {size} MB (load average {load} at the end):")
+    print(f"  launcher peak RSS: {mb(r['launcher'])} MB, the larger of local and S3 (target <= 500); largest worker: {mb(r['workers'])} MB")
+    print(
+        f"  on the store per MB of input: read {r['read'] / 2**20 / size:.2f} MB, written {r['written'] / 2**20 / size:.2f} MB (nominal MB)"
+    )
+    print(f"  CPU with moto's own CPU counted: {r['cpu_moto']:.2f}x; the proxy's own CPU on S3 (in neither): {r['proxy_cpu']:.1f} s")
+    print(f"object store / local: wall {r['wall']:.2f}x, CPU {r['cpu']:.2f}x (moto's own CPU excluded)")
+
+
 def mb(value: float) -> str:
     return f"{value / 2**20:,.0f}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 400, 1000], help="corpus sizes in MB")
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=None, help="corpus sizes in MB (default: 100 400 1000; with --store s3: 400)"
+    )
     parser.add_argument("--source", choices=["books", "wikipedia"], default="books", help="~1 MB books or ~4 KB Wikipedia articles")
     parser.add_argument(
         "--inproc-sizes",
@@ -276,8 +528,14 @@ def main() -> None:
     )
     parser.add_argument("--dask-size", type=int, default=400, help="corpus for the Dask comparison (0: skip)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/corpusforge-scale"))
+    parser.add_argument("--store", choices=["local", "s3"], default="local", help="s3: the same build on local disk and on S3, compared")
+    parser.add_argument("--repeat", type=int, default=1, help="with --store s3: runs of each, interleaved")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.store == "s3":
+        store_mode(args.sizes or [400], args.work, args.source, args.repeat)
+        return
+    args.sizes = args.sizes or [100, 400, 1000]
     inproc_sizes = [s for s in args.sizes if s <= 400] if args.inproc_sizes is None else args.inproc_sizes
     print(f"machine: {os.cpu_count()} cores; default mode = multi_processing, one worker per core; source: {args.source}")
     print(f"{'run':34} {'input MB':>8} {'wall s':>7} {'CPU s':>7} {'MB/CPU-s':>8} {'launcher MB':>11} {'worker MB':>9}")

@@ -25,7 +25,7 @@ from corpusforge.core import storage
 from corpusforge.core.config import Config
 from corpusforge.core.layout import Layout
 from corpusforge.markers import Marker, describe_outputs, digest
-from corpusforge.pipeline.documents_job import DocumentsJob, ReadContext, Removal, run_documents_job
+from corpusforge.pipeline.documents_job import DocumentsJob, ReadContext, Removal, recount_on_workers, run_documents_job
 from corpusforge.pipeline.options import shuffles_through_launcher
 from corpusforge.pipeline.sources import (
     books_inputs,
@@ -152,21 +152,26 @@ def _documents_inputs(cfg: Config, parts: list[str]) -> list[str]:
 def _run_documents(ctx: Context) -> Outcome:
     from corpusforge.pipeline.documents_io import output_files
     from corpusforge.pipeline.options import pipeline_options
-    from corpusforge.pipeline.summary import check_accounting, collect_stats, stats_to_json
+    from corpusforge.pipeline.summary import check_accounting, merge_counts, recount_file, stats_to_json
 
-    layout = ctx.layout
+    layout, options = ctx.layout, pipeline_options(ctx.cfg.run)
     job = documents_job(ctx.cfg, layout, documents_parts(ctx.cfg.run.stages))
     made_from = f"force-{uuid.uuid4().hex}" if ctx.force else ctx.fingerprint  # --force: no finished task is reused
-    counters, finished = run_documents_job(pipeline_options(ctx.cfg.run), job, made_from)
+    counters, finished = run_documents_job(options, job, made_from)
     release_freed_memory()
-    stats = collect_stats(layout.documents, layout.rejects)
+    files = output_files(layout.documents) + output_files(layout.rejects)
+    if job.file_shuffle:  # the in-process runner: read back here, as fast as its workers would
+        counts = [recount_file(path) for path in files]
+    else:  # a cluster: read back and checksummed on the workers, not downloaded to the launcher
+        counts = recount_on_workers(options, files, job.work)
+    stats = merge_counts(counts)
     check_accounting(counters, stats)
     progress.count("documents", sum(s.documents for s in stats.values()))
     progress.count("rejects", sum(s.inputs - s.documents for s in stats.values()))
     storage.remove_tree(job.work)
     if not storage.listdir(layout.temp):
         storage.remove_tree(layout.temp)
-    outputs = describe_outputs(layout, output_files(layout.documents) + output_files(layout.rejects), checksums=True)
+    outputs = sorted(({"path": layout.relative(c.path), "bytes": c.bytes, "sha256": c.sha256} for c in counts), key=lambda e: e["path"])
     documents = [entry for entry in outputs if storage.is_inside(layout.path(entry["path"]), layout.documents)]
     note = f"; resumed: {finished:,} read tasks were already done" if finished else ""
     return Outcome(outputs, digests={"documents": digest(documents)}, data={"stats": stats_to_json(stats), "counters": counters}, note=note)

@@ -7,6 +7,7 @@ handed in as a ``DocumentsJob``: this module never looks at stage names.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ from corpusforge.core import storage
 from corpusforge.core.config import CleanConfig, NearDedupConfig
 from corpusforge.pipeline.counters import write_counters
 from corpusforge.pipeline.steps import ExactDedup, WriteDocuments, WriteRejects, split_kinds
+from corpusforge.pipeline.summary import FileCount, recount_file
 
 
 @dataclass(frozen=True)
@@ -117,3 +119,19 @@ def run_documents_job(options: beam.options.pipeline_options.PipelineOptions, jo
     documents_graph(pipeline, job)
     pipeline.run().wait_until_finish()
     return (storage.read_json(job.counters) if storage.is_file(job.counters) else {}), finished
+
+
+def recount_on_workers(options: beam.options.pipeline_options.PipelineOptions, files: list[str], work: str) -> list[FileCount]:
+    """Every written file read back and checksummed by the runner's workers (on a cluster the launcher would
+    otherwise download the whole corpus); only the small per-file counts come back, through ``work``."""
+    result = storage.join(work, "recount.pickle")
+    with beam.Pipeline(options=options) as p:
+        _ = (
+            p
+            | "Files" >> beam.Create(files)
+            | "Spread" >> beam.Reshuffle()
+            | "Recount" >> beam.Map(recount_file)
+            | "Gather" >> beam.combiners.ToList()
+            | "Write" >> beam.Map(lambda counts: storage.write_bytes(result, pickle.dumps(counts, protocol=pickle.HIGHEST_PROTOCOL)))
+        )
+    return pickle.loads(storage.read_bytes(result))

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from corpusforge.core import storage
 from corpusforge.corpora.document import AccountingError
-from corpusforge.corpora.document_files import iter_row_groups, word_counts
+from corpusforge.corpora.document_files import word_counts
 from corpusforge.pipeline.documents_io import output_files
 
 LENGTH_BIN_EDGES = 40  # log-spaced, from 1 word to the longest document of any source
@@ -44,30 +44,65 @@ class SourceStats:
     lengths: Lengths | None = None  # None for a source with no documents
 
 
+@dataclass
+class FileCount:
+    """One written file recounted: its size and sha256, and per source its documents (bytes, words per
+    document) or its rejects per reason. Made wherever the file is read (a worker, on a cluster)."""
+
+    path: str
+    bytes: int
+    sha256: str
+    documents: dict[str, tuple[int, bytes]] = field(default_factory=dict)  # source -> (text bytes, int32 words per document)
+    rejects: dict[str, dict[str, int]] = field(default_factory=dict)  # source -> reason -> count
+
+
+def recount_file(path: str) -> FileCount:
+    """Read one documents or rejects part back (a row group at a time) and checksum it."""
+    count = FileCount(path, storage.size(path), storage.sha256(path))
+    with storage.arrow_input_unmapped(path) as source:
+        parquet = pq.ParquetFile(source)
+        is_rejects = "reason" in parquet.schema_arrow.names
+        for group in range(parquet.num_row_groups):
+            if is_rejects:
+                table = parquet.read_row_group(group, columns=["source", "reason"])
+                for name, reason in zip(table["source"].to_pylist(), table["reason"].to_pylist()):
+                    reasons = count.rejects.setdefault(name, {})
+                    reasons[reason] = reasons.get(reason, 0) + 1
+                continue
+            table = parquet.read_row_group(group, columns=["source", "text"])  # a part can be 128 MB, a row group ~8 MB
+            counts = word_counts(table["text"])
+            for name in pc.unique(table["source"]).to_pylist():
+                chosen = pc.equal(table["source"], name)
+                texts, words = table["text"].filter(chosen), counts.filter(chosen).to_numpy().astype(np.int32)
+                size, earlier = count.documents.get(name, (0, b""))
+                count.documents[name] = (size + (pc.sum(pc.binary_length(texts)).as_py() or 0), earlier + words.tobytes())
+    return count
+
+
 def collect_stats(documents_dir: storage.PathLike, rejects_dir: storage.PathLike) -> dict[str, SourceStats]:
+    """Each source's figures, read back from the written files (here, in this process)."""
+    return merge_counts([recount_file(path) for path in [*output_files(documents_dir), *output_files(rejects_dir)]])
+
+
+def merge_counts(counts: list[FileCount]) -> dict[str, SourceStats]:
     stats: dict[str, SourceStats] = defaultdict(SourceStats)
     words: dict[str, list[np.ndarray]] = defaultdict(list)
-    for table in iter_row_groups(output_files(documents_dir), ["source", "text"]):  # a part can be 128 MB, a row group ~8 MB
-        counts = word_counts(table["text"])
-        for source in pc.unique(table["source"]).to_pylist():
-            chosen = pc.equal(table["source"], source)
-            texts, per_document = table["text"].filter(chosen), counts.filter(chosen).to_numpy()
+    for count in sorted(counts, key=lambda c: c.path):
+        for source, (size, per_document) in count.documents.items():
+            lengths = np.frombuffer(per_document, dtype=np.int32)
             entry = stats[source]
-            entry.documents += len(texts)
-            entry.bytes += pc.sum(pc.binary_length(texts)).as_py() or 0
-            entry.words += int(per_document.sum())
-            words[source].append(per_document)
+            entry.documents += len(lengths)
+            entry.bytes += size
+            entry.words += int(lengths.sum())
+            words[source].append(lengths)
+        for source, reasons in count.rejects.items():
+            stats[source].rejects.update(reasons)
     per_source = {source: np.concatenate(parts) for source, parts in words.items()}
     if per_source:
         top = max(int(lengths.max()) for lengths in per_source.values())
         bins = np.logspace(0, np.log10(max(top, 10)) + 0.05, LENGTH_BIN_EDGES)
         for source, lengths in per_source.items():
             stats[source].lengths = length_summary(lengths, bins)
-    for path in output_files(rejects_dir):
-        with storage.arrow_input_unmapped(path) as source:
-            table = pq.read_table(source, columns=["source", "reason"])
-        for source, reason in zip(table["source"].to_pylist(), table["reason"].to_pylist()):
-            stats[source].rejects[reason] += 1
     return dict(sorted(stats.items()))
 
 

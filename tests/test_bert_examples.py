@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from shard_factory import assert_hf_reads_like_pyarrow, bert_tokenizer_json
 
-from corpusforge.core.config import BertConfig, ShardsConfig
+from corpusforge.core.config import BertConfig, RunConfig, ShardsConfig
 from corpusforge.corpora.document import Document
 from corpusforge.corpora.gutenberg import strip_gutenberg
 from corpusforge.corpora.sentences import split_sentences
@@ -28,6 +28,7 @@ from corpusforge.encoding.sentence_tokens import SentenceEncoder
 from corpusforge.encoding.vocab import load_tokenizer
 from corpusforge.pipeline.documents_io import documents_table, write_table_atomic
 from corpusforge.pipeline.examples_stage import load_documents, spill_documents, write_bert_shards
+from corpusforge.pipeline.options import pipeline_options, shuffles_through_launcher
 from corpusforge.shards.reader import open_shard, read_manifest
 
 BOOKS = ["11-0.txt", "35-0.txt", "41-0.txt", "43-0.txt"]
@@ -296,11 +297,21 @@ def test_beam_stage_writes_identical_shards_on_every_runner(parquet_documents, v
         LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as cluster,
         Client(cluster),
     ):
-        options = PipelineOptions(
-            ["--runner=corpusforge.pipeline.dask_runner.DaskRunner", f"--dask_client_address={cluster.scheduler_address}"]
+        run = RunConfig(runner="DaskRunner", beam_args=[f"--dask_client_address={cluster.scheduler_address}"])
+        assert not shuffles_through_launcher(run)  # so the build cuts the shards on the Dask workers
+        work = tmp_path / "temp" / "bert"  # the spill in the run's temporary area, as a build puts it
+        runs["dask"] = write_bert_shards(
+            pipeline_options(run),
+            parquet_documents,
+            vocab_dir,
+            tmp_path / "dask",
+            bert,
+            shards,
+            seed=5,
+            work=str(work),
+            cut_on_workers=True,
         )
-        runs["dask"] = write_bert_shards(options, parquet_documents, vocab_dir, tmp_path / "dask", bert, shards, seed=5)
-    assert not list(tmp_path.glob("*/.sort-*"))  # spill folders removed
+    assert not list(tmp_path.glob("*/.sort-*")) and not list(work.iterdir())  # spill folders removed
     one = runs["in_memory"]
     for other in (runs["multi_processing"], runs["dask"]):
         assert [s["sha256"] for s in one["shards"]] == [s["sha256"] for s in other["shards"]]

@@ -14,19 +14,22 @@ DataflowRunner imports the Dataflow API client before it looks at ``--dry_run``.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shutil
 import tempfile
+import types
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from fsspec.registry import _registry as fsspec_registry  # the dict behind fsspec's read-only registry view
 import apache_beam as beam
 import pytest
+from corpus_factory import build_multistream
 from fsspec.implementations.memory import MemoryFileSystem
+from fsspec.registry import _registry as fsspec_registry  # the dict behind fsspec's read-only registry view
 from google.protobuf.message import Message
 
 from corpusforge.core import storage
@@ -39,7 +42,6 @@ from corpusforge.pipeline.documents_job import documents_graph
 from corpusforge.pipeline.examples_stage import write_bert_shards, write_gpt_shards
 from corpusforge.pipeline.options import pipeline_options
 from corpusforge.stages import documents_job, documents_parts
-from corpus_factory import build_multistream
 
 try:  # DataflowRunner's module imports the Dataflow API client even for a dry run
     from apache_beam.internal import pickler
@@ -52,15 +54,16 @@ except ImportError as missing:  # pragma: no cover - a setup error, said plainly
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "corpusforge" / "samples"
 BUCKET = "gs://cf-test"
-# What the README tells a cloud build to pass, plus the two flags of an offline check: --dry_run=True
-# (a bare --dry_run is refused: the option takes a value, and "False" would be truthy) and --no_auth
-# (no credentials are looked up).
+# What the README tells a cloud build to pass, plus the flags of an offline check: --dry_run=True (a bare
+# --dry_run is refused: the option takes a value, and "False" would be truthy), --no_auth (no credentials
+# are looked up) and a fixed job name (Beam's default is made from the user name).
 DATAFLOW_FLAGS = [
     "--project=test-project",
     "--region=us-central1",
     f"--temp_location={BUCKET}/tmp",
     "--dry_run=True",
     "--no_auth",
+    "--job_name=corpusforge-dry-run",
 ]
 DOCUMENTS_STAGES = ["books", "wikipedia", "clean", "dedup", "near_dedup", "documents"]
 
@@ -125,8 +128,12 @@ def cloud_inputs(gcs, tmp_path) -> Layout:
         storage.write_bytes(f"{BUCKET}/in/books/{book.relative_to(SAMPLES / 'books').as_posix()}", data)
         texts.append(data.decode("utf-8", "replace"))
     wiki = f"{BUCKET}/in/wikipedia"
-    build_multistream(SAMPLES / "wikipedia" / "sample-pages-articles.xml", f"{wiki}/enwiki-multistream.xml.bz2",
-                      f"{wiki}/enwiki-multistream-index.txt.bz2", pages_per_stream=1)
+    build_multistream(
+        SAMPLES / "wikipedia" / "sample-pages-articles.xml",
+        f"{wiki}/enwiki-multistream.xml.bz2",
+        f"{wiki}/enwiki-multistream-index.txt.bz2",
+        pages_per_stream=1,
+    )
     docs = [Document(id=f"books-{i}", source="books", title=str(i), text=text) for i, text in enumerate(texts)]
     write_table_atomic(documents_table(docs), storage.join(layout.documents, "part-00000-of-00001.parquet"))
     train_wordpiece(texts, layout.vocab("wordpiece"), vocab_size=300)
@@ -154,47 +161,59 @@ def submitted(monkeypatch) -> list:
 
 @dataclass(frozen=True)
 class Request:
-    """What Dataflow receives for one job: the create-job request and the files staged beside it."""
+    """What Dataflow receives for one job: the create-job request and the pipeline staged beside it."""
 
     job: dict  # the Job message as JSON (its environment holds the pipeline options)
     pipeline: beam_runner_api_pb2.Pipeline  # the staged pipeline.pb
-    staged: dict[str, bytes]  # gs:// path -> bytes of every staged file
 
     def transform_names(self) -> set[str]:
         return {t.unique_name for t in self.pipeline.components.transforms.values()}
 
 
 def dataflow_request(job: apiclient.Job) -> Request:
-    """Finish what the dry run stopped short of (Beam 2.77: ``DataflowApplicationClient.create_job_description``
-    stages the pipeline and the SDK's files, rewriting their local temporaries to staging URLs, and fills in
-    the job's environment), keeping the staged files here instead of uploading them; nothing is submitted."""
+    """Finish what the dry run stops short of: ``DataflowApplicationClient.create_job_description`` (Beam 2.77)
+    stages the pipeline and the SDK's files, rewriting their local temporaries to staging URLs, and fills
+    in the job's environment; the files are kept here instead of uploaded, and nothing is submitted."""
     client = apiclient.DataflowApplicationClient(job.options)
     staged: dict[str, bytes] = {}
 
     def stage_file(folder: str, name: str, stream, mime_type: str | None = None, total_size: int | None = None) -> None:
-        staged[f"{folder.rstrip('/')}/{name}"] = stream.read()
+        staged[name] = stream.read()
 
     client.stage_file = stage_file
     client.create_job_description(job)
-    (pipeline_pb,) = [data for path, data in staged.items() if path.endswith("/pipeline.pb")]
-    return Request(json.loads(job.json()), beam_runner_api_pb2.Pipeline.FromString(pipeline_pb), staged)
+    return Request(json.loads(job.json()), beam_runner_api_pb2.Pipeline.FromString(staged["pipeline.pb"]))
 
 
-# --- local paths -----------------------------------------------------------------------------------
+# --- every string in it ----------------------------------------------------------------------------
+
+PAYLOADS = {  # FunctionSpec payloads that are protobuf messages themselves
+    "beam:transform:pardo:v1": beam_runner_api_pb2.ParDoPayload,
+    "beam:transform:combine_per_key:v1": beam_runner_api_pb2.CombinePayload,
+    "beam:transform:combine_globally:v1": beam_runner_api_pb2.CombinePayload,
+    "beam:transform:combine_grouped_values:v1": beam_runner_api_pb2.CombinePayload,
+    "beam:transform:window_into:v1": beam_runner_api_pb2.WindowIntoPayload,
+    "beam:artifact:type:file:v1": beam_runner_api_pb2.ArtifactFilePayload,
+    "beam:artifact:type:url:v1": beam_runner_api_pb2.ArtifactUrlPayload,
+    "beam:env:docker:v1": beam_runner_api_pb2.DockerPayload,
+}
+DATA = (str, bytes, int, float, bool, type(None), tuple, list, dict, set, frozenset)
 
 
-def local_roots(*extra: str | os.PathLike) -> list[str]:
-    """Folders no Dataflow worker has: this machine's temporary, home and work folders, the checkout."""
-    roots = {"/tmp", "/work", "/home", "/root", tempfile.gettempdir(), str(Path.home()), os.getcwd(), str(ROOT)}
-    roots |= {os.fspath(path) for path in extra}
-    return sorted({os.path.realpath(r) for r in roots} | roots, key=len, reverse=True)
+def strings_in(request: Request) -> list[tuple[str, str | bytes]]:
+    """(where, value) of every string and bytes in the request: the job, the staged pipeline, and what
+    Beam pickled in it (bytes left are encoded elements, e.g. ``beam.Create``'s)."""
+    seen: dict[int, object] = {}
+    found = list(strings_in_object(request.job, "job", seen))
+    for where, value in strings_in_proto(request.pipeline, "pipeline"):
+        found.append((where, value))
+        if isinstance(value, bytes):
+            found += strings_in_pickle(value, where, seen)
+    return found
 
 
-def local_path_pattern(roots: list[str]) -> re.Pattern[str]:
-    """A root at the start of a string or after a non-path character (a length prefix, "=", a quote),
-    optionally as a file:// URI: ``gs://cf-test/tmp`` is not ``/tmp``."""
-    alternatives = "|".join(re.escape(root.rstrip("/")) for root in roots)
-    return re.compile(rf"(?<![\w.\-/])(?:file://)?(?:{alternatives})(?![\w.\-])")
+def texts_in(request: Request) -> set[str]:
+    return {value for _, value in strings_in(request) if isinstance(value, str)}
 
 
 def strings_in_proto(value: object, where: str) -> Iterator[tuple[str, str | bytes]]:
@@ -215,31 +234,27 @@ def strings_in_proto(value: object, where: str) -> Iterator[tuple[str, str | byt
             yield from strings_in_proto(item, f"{where}[{index}]")
 
 
-PAYLOADS = {
-    "beam:transform:pardo:v1": beam_runner_api_pb2.ParDoPayload,
-    "beam:transform:combine_per_key:v1": beam_runner_api_pb2.CombinePayload,
-    "beam:transform:combine_globally:v1": beam_runner_api_pb2.CombinePayload,
-    "beam:transform:combine_grouped_values:v1": beam_runner_api_pb2.CombinePayload,
-    "beam:transform:window_into:v1": beam_runner_api_pb2.WindowIntoPayload,
-    "beam:artifact:type:file:v1": beam_runner_api_pb2.ArtifactFilePayload,
-    "beam:artifact:type:url:v1": beam_runner_api_pb2.ArtifactUrlPayload,
-    "beam:env:docker:v1": beam_runner_api_pb2.DockerPayload,
-}
+def strings_in_pickle(data: bytes, where: str, seen: dict[int, object]) -> list[tuple[str, str | bytes]]:
+    """The strings inside a payload Beam pickled (a DoFn with its arguments, a CombineFn, a coder); none for other bytes."""
+    try:
+        value = pickler.loads(data)
+    except Exception:
+        return []
+    return list(strings_in_object(value, f"{where}<unpickled>", seen))
 
 
-def strings_in_object(value: object, where: str, seen: dict[int, object]) -> Iterator[tuple[str, object]]:
-    """Every string and bytes reachable from an unpickled object: attributes, containers, partial
-    arguments, a function's defaults, closure cells, the globals it names and its constants.
+def strings_in_object(value: object, where: str, seen: dict[int, object]) -> Iterator[tuple[str, str | bytes]]:
+    """Every string and bytes reachable from an unpickled object: attributes, containers, ``partial``
+    arguments, a function's defaults, closure cells, constants and the data globals it names.
 
-    A function's ``co_filename`` (and its module's ``__file__``) is left out: cloudpickle keeps them for
-    tracebacks, the worker opens neither."""
-    if id(value) in seen or isinstance(value, (type, type(os))):
+    A function's ``co_filename`` is left out: cloudpickle keeps it for tracebacks (every lambda pickled by
+    value, Beam's own included, names its source file in the checkout or the virtualenv), no worker opens it.
+    Classes and modules travel by reference, so nothing of theirs is in the job."""
+    if id(value) in seen or isinstance(value, (type, types.ModuleType)):
         return
     seen[id(value)] = value  # kept alive: an id is unique only while its object lives
     if isinstance(value, (str, bytes)):
         yield where, value
-        if isinstance(value, bytes):
-            yield from strings_in_pickle(value, where, seen)
     elif isinstance(value, dict):
         for key, item in value.items():
             yield from strings_in_object(key, f"{where}.keys()", seen)
@@ -247,53 +262,60 @@ def strings_in_object(value: object, where: str, seen: dict[int, object]) -> Ite
     elif isinstance(value, (list, tuple, set, frozenset)):
         for index, item in enumerate(value):
             yield from strings_in_object(item, f"{where}[{index}]", seen)
-    elif callable(value) and hasattr(value, "__code__"):
+    elif isinstance(value, functools.partial):
+        yield from strings_in_object((value.func, value.args, value.keywords), f"{where}<partial>", seen)
+    elif isinstance(value, types.FunctionType):
         code = value.__code__
         yield from strings_in_object(code, f"{where}.__code__", seen)
-        for name in ("__defaults__", "__kwdefaults__"):
-            yield from strings_in_object(getattr(value, name) or (), f"{where}.{name}", seen)
+        yield from strings_in_object((value.__defaults__ or (), value.__kwdefaults__ or {}), f"{where}<defaults>", seen)
         for name, cell in zip(code.co_freevars, value.__closure__ or ()):
             yield from strings_in_object(cell.cell_contents, f"{where}<closure {name}>", seen)
-        for name in code.co_names:
-            if name in value.__globals__ and not name.startswith("__"):
+        for name in code.co_names:  # constants the function reads; live objects (a logger) are not configuration
+            if name in value.__globals__ and isinstance(value.__globals__[name], DATA) and not name.startswith("__"):
                 yield from strings_in_object(value.__globals__[name], f"{where}<global {name}>", seen)
-    elif isinstance(value, type(strings_in_object.__code__)):
+    elif isinstance(value, types.CodeType):
         yield from strings_in_object(value.co_consts, f"{where}.co_consts", seen)
     else:
-        for name in ("func", "args", "keywords"):  # functools.partial
-            if hasattr(value, name) and type(value).__name__ == "partial":
-                yield from strings_in_object(getattr(value, name), f"{where}.{name}", seen)
-        state = getattr(value, "__dict__", None)
-        if isinstance(state, dict):
-            yield from strings_in_object(state, f"{where}.__dict__", seen)
+        if isinstance(getattr(value, "__dict__", None), dict):
+            yield from strings_in_object(value.__dict__, f"{where}.__dict__", seen)
         for name in getattr(type(value), "__slots__", ()):
             if hasattr(value, name):
                 yield from strings_in_object(getattr(value, name), f"{where}.{name}", seen)
 
 
-def strings_in_pickle(data: bytes, where: str, seen: dict[int, object]) -> Iterator[tuple[str, object]]:
-    """The strings inside a payload Beam pickled (a DoFn, a CombineFn, a coder); nothing for other bytes."""
-    try:
-        value = pickler.loads(data)
-    except Exception:
-        return
-    yield from strings_in_object(value, f"{where}<unpickled>", seen)
+# --- local paths -----------------------------------------------------------------------------------
+
+
+def local_roots(*extra: str | os.PathLike) -> list[str]:
+    """Folders no Dataflow worker has: this machine's temporary, home and work folders, the checkout."""
+    roots = {"/tmp", "/work", "/home", "/root", tempfile.gettempdir(), str(Path.home()), os.getcwd(), str(ROOT)}
+    roots |= {os.fspath(path) for path in extra}
+    return sorted({os.path.realpath(root) for root in roots} | roots, key=len, reverse=True)
 
 
 def local_paths(request: Request, *extra: str | os.PathLike) -> list[tuple[str, str]]:
-    """(where, text) of every local path the request names: in the job, the staged pipeline and what is pickled in it."""
-    pattern = local_path_pattern(local_roots(*extra))
-    seen: dict[int, object] = {}
-    strings = [
-        *strings_in_object(request.job, "job", seen),
-        *strings_in_proto(request.pipeline, "pipeline"),
-    ]
-    strings += [found for where, value in list(strings) if isinstance(value, bytes) for found in strings_in_pickle(value, where, seen)]
+    """(where, path) of every local path in the request.
+
+    In a string a root counts at its start, after a character no path holds ("=", a quote, a space) or
+    as a file:// URI: ``gs://cf-test/tmp`` does not name ``/tmp``. In encoded bytes a length prefix may be
+    any character, so there a root counts unless it continues a URI."""
+    roots = "|".join(re.escape(root.rstrip("/")) for root in local_roots(*extra))
+    path = rf"(?:{roots})(?![\w.\-])[^\x00-\x20\"']*"
+    in_text, in_bytes = re.compile(rf"(?<![\w.\-/])(?:file://)?{path}"), re.compile(path)
     found = []
-    for where, value in strings:
-        text = value if isinstance(value, str) else value.decode("utf-8", "replace")
-        found += [(where, text[match.start() : match.end() + 80].split("\x00")[0]) for match in pattern.finditer(text)]
+    for where, value in strings_in(request):
+        if isinstance(value, str):
+            found += [(where, match.group(0)) for match in in_text.finditer(value)]
+        else:
+            text = value.decode("latin-1")
+            found += [(where, match.group(0)) for match in in_bytes.finditer(text) if not continues_uri(text[: match.start()])]
     return found
+
+
+def continues_uri(before: str) -> bool:
+    """Whether what precedes a match, back to the last separator, is a URI's start (``gs://cf-test``)."""
+    token = re.split(r"[\x00-\x20\"']", before)[-1]
+    return "://" in token and not token.endswith("file://")
 
 
 # --- the stages' jobs ------------------------------------------------------------------------------
@@ -308,42 +330,61 @@ def documents_request(cfg: Config) -> Request:
 
 
 def examples_request(cfg: Config, layout: Layout, name: str, submitted: list) -> Request:
-    """The ``bert`` or ``gpt`` stage's Beam job, as its stage calls it, dry (its shards then hold nothing)."""
+    """The ``bert`` or ``gpt`` stage's Beam job, called as the stage calls it; the dry run makes no
+    example, so the shard writer after it leaves an empty shard in memory."""
     write, vocab = {"bert": (write_bert_shards, "wordpiece"), "gpt": (write_gpt_shards, "bpe")}[name]
-    options = pipeline_options(cfg.run)
-    write(options, output_files(layout.documents), layout.vocab(vocab), layout.shards(name), getattr(cfg, name), cfg.shards, cfg.run.seed)
+    write(
+        pipeline_options(cfg.run),
+        output_files(layout.documents),
+        layout.vocab(vocab),
+        layout.shards(name),
+        getattr(cfg, name),
+        cfg.shards,
+        cfg.run.seed,
+    )
     (job,) = submitted
     return dataflow_request(job)
 
 
 def test_documents_job_has_every_stage_and_names_no_local_path(cloud_inputs, tmp_path):
     request = documents_request(cloud_config())
-    top = {name.split("/")[0] for name in request.transform_names()}
-    assert {"ListBooks", "ReadBooks", "BooksListed", "ListWikipedia", "ReadWikipedia", "AllSources"} <= top
-    assert {"ExactDedup", "NearDedup", "WriteDocuments", "AllRejects", "WriteRejects", "WriteCounters"} <= top
-    assert request.job["environment"]["sdkPipelineOptions"]["options"]["runner"] == "DataflowRunner"
+    steps = {name.split("/")[0] for name in request.transform_names()}
+    assert {"ListBooks", "SpreadBooks", "ReadBooks", "BooksListed", "ListWikipedia", "ReadWikipedia", "AllSources"} <= steps
+    assert {"ExactDedup", "NearDedup", "WriteDocuments", "AllRejects", "WriteRejects", "WriteCounters"} <= steps
+    options = request.job["environment"]["sdkPipelineOptions"]["options"]
+    assert options["runner"] == "DataflowRunner" and options["project"] == "test-project"
+    texts = texts_in(request)  # the job reaches its URIs: the books, the spill, the outputs
+    assert {f"{BUCKET}/in/books", f"{BUCKET}/tmp/documents/spill", f"{BUCKET}/run/documents", f"{BUCKET}/run/rejects"} <= texts
     assert local_paths(request, tmp_path) == []
+
+
+EXAMPLE_STEPS = {
+    "bert": {"Read/Parts", "Read/Rows", "Read/Sentences", "Examples/Tokenize/Tokenize", "Examples/ByBucket", "Examples/Examples"},
+    "gpt": {"Read/Parts", "Read/Rows", "Examples/OneText", "Examples/Windows/Tokenize/Tokenize", "Examples/Windows/ByBucket"},
+}
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt"])
 def test_example_jobs_have_every_step_and_name_no_local_path(cloud_inputs, submitted, tmp_path, name):
     request = examples_request(cloud_config(stages=["vocab", name]), cloud_inputs, name, submitted)
     names = request.transform_names()
-    assert {"Read/Parts", "Read/Rows", "Examples"} <= {n.rsplit("/", 1)[0] if n.count("/") > 1 else n for n in names} | names
-    assert any(n.endswith("/Tokenize/Tokenize") for n in names) and any(n.endswith("/ByBucket") for n in names)
-    assert any(n.endswith("/WriteCounters") for n in names)
+    assert EXAMPLE_STEPS[name] <= names and any(step.endswith("/WriteCounters") for step in names)
+    texts = texts_in(request)
+    assert cloud_inputs.vocab({"bert": "wordpiece", "gpt": "bpe"}[name]) in texts
+    assert any(text.startswith(f"{cloud_inputs.shards(name)}/.sort-") for text in texts)  # the spill folder
     assert local_paths(request, tmp_path) == []
 
 
 def test_a_local_path_in_the_configuration_is_caught(cloud_inputs, tmp_path):
-    """Books read from this machine and a local temp_location: both are found, where the workers would
-    look for them (the listed book files among Create's elements, the spill folder in the reading DoFn)."""
-    books = tmp_path / "books"
+    """Books read from this machine and a local temp_location: both are found where a worker would look
+    for them (the listed book files among Create's elements, the spill folder in the reading DoFn)."""
+    books, work = tmp_path / "books", tmp_path / "work"
     shutil.copytree(SAMPLES / "books", books)
-    work = tmp_path / "work"
     cfg = cloud_config(temp_location=str(work))
     cfg.books.paths = [str(books)]
     found = local_paths(documents_request(cfg), tmp_path)
-    assert found and all(str(tmp_path) in text for _, text in found)
-    assert any("serialized_values" in where and text.startswith(str(books / "salt_and_iron.txt")) for where, text in found)
-    assert any("do_fn.payload<unpickled>" in where and str(work / "documents" / "spill") in text for where, text in found)
+    assert found and all(path.startswith(str(tmp_path)) for _, path in found)
+    assert any("serialized_values" in where and path.startswith(str(books / "salt_and_iron.txt")) for where, path in found)
+    assert any(
+        where.endswith("<unpickled>[0].__dict__['spill_dir']") and path == str(work / "documents" / "spill") for where, path in found
+    )

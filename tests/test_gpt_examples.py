@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from shard_factory import assert_hf_reads_like_pyarrow, gpt_tokenizer_json
 
+from corpusforge.core import storage
 from corpusforge.core.config import GptConfig, ShardsConfig
 from corpusforge.core.hashing import stable_hash
 from corpusforge.corpora.document import Document
@@ -106,6 +107,33 @@ def test_beam_stage_accounts_for_every_token(book_parquet, bpe_dir, tmp_path, ke
 
     tokenizer = load_tokenizer(bpe_dir)
     assert totals["input_tokens"] == sum(len(tokenizer.encode(d).ids) for d in documents_text(book_parquet))
+
+
+def test_spill_goes_to_the_work_folder_and_beam_steps_cut_the_same_shards(book_parquet, bpe_dir, tmp_path, monkeypatch):
+    """With ``work`` (the run's temporary area) the shard folder only ever gets the shards and the manifest, and
+    cutting on the runner's workers (forced here on the in-process runner) writes the same bytes as the processes."""
+    gpt, shards = GptConfig(seq_len=128, docs_per_bucket=2), ShardsConfig(max_examples=400, sort_bucket_bytes=64 * 1024)
+    options = PipelineOptions([], runner="DirectRunner", direct_running_mode="in_memory")
+    reference = write_gpt_shards(options, book_parquet, bpe_dir, tmp_path / "local", gpt, shards, seed=3)
+    written = []
+    for name in ("makedirs", "writing", "local_output"):
+        monkeypatch.setattr(storage, name, _recording(getattr(storage, name), written))
+    out, work = tmp_path / "out", tmp_path / "temp" / "gpt"
+    manifest = write_gpt_shards(options, book_parquet, bpe_dir, out, gpt, shards, seed=3, work=str(work), cut_on_workers=True)
+    assert len(reference["shards"]) > 1 and manifest == reference
+    shard_files = {str(out / entry["file"]) for entry in manifest["shards"]} | {str(out / "manifest.json")}
+    assert any(path.startswith(f"{work}/.sort-") for path in written)
+    assert all(path.startswith(f"{work}/") or path in shard_files | {str(out)} for path in written)
+    assert storage.walk(out) == sorted(shard_files) and storage.walk(work) == []
+    assert all((out / name).read_bytes() == (tmp_path / "local" / name).read_bytes() for name in map(storage.name, shard_files))
+
+
+def _recording(function, written: list[str]):
+    def record(path, *args, **kwargs):
+        written.append(storage.normpath(path))
+        return function(path, *args, **kwargs)
+
+    return record
 
 
 def documents_text(paths: list[Path]) -> list[str]:

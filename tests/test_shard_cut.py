@@ -1,12 +1,16 @@
-"""Cutting spilled examples into shards in worker processes: the plan, byte-identical output, errors surfacing."""
+"""Cutting spilled examples into shards in worker processes or Beam steps: the plan, byte-identical output, errors surfacing."""
 
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
 from shard_factory import random_bert_columns
 
+from corpusforge.pipeline.examples_stage import cut_with_beam
 from corpusforge.shards.format import MANIFEST_NAME, bert_schema
 from corpusforge.shards.reader import open_shard, read_manifest
 from corpusforge.shards.writer import (
@@ -77,6 +81,18 @@ def test_worker_processes_write_the_same_bytes_as_one_process(spilled, tmp_path,
     got = np.concatenate([table.column("input_ids").combine_chunks().flatten().to_numpy().reshape(-1, 32) for table in tables])
     np.testing.assert_array_equal(got, columns["input_ids"][order])
     assert manifest.totals["examples"] == EXAMPLES and manifest.totals["documents"] == 7
+
+
+def test_beam_steps_cut_the_same_bytes_as_worker_processes(spilled, tmp_path):
+    """The cut of a distributed runner (one Beam step per shard), here on the in-process runner."""
+    folder, _, _ = spilled
+    options = dict(target_bytes=row_bytes(SCHEMA) * 170, compression="zstd")
+    write_spilled_shards(folder, SCHEMA, tmp_path / "processes", MANIFEST, workers=2, **options)
+    beam = PipelineOptions([], runner="DirectRunner", direct_running_mode="in_memory")
+    (tmp_path / "temp").mkdir()
+    write_spilled_shards(folder, SCHEMA, tmp_path / "beam", MANIFEST, cut=partial(cut_with_beam, beam, str(tmp_path / "temp")), **options)
+    reference = outputs(tmp_path / "processes")
+    assert len(reference) == 9 and outputs(tmp_path / "beam") == reference  # shards and manifest
 
 
 def test_no_spilled_examples_give_one_empty_shard_as_before(tmp_path):
