@@ -275,17 +275,31 @@ def example_stage(name: str, vocab_kind: str, write: Callable[..., dict]) -> Sta
         layout, cfg = ctx.layout, ctx.cfg
         folder = layout.shards(name)
         vocab = layout.path(ctx.markers["vocab"].data["vocab"][vocab_kind])
-        write(pipeline_options(cfg.run), output_files(layout.documents), vocab, folder, getattr(cfg, name), cfg.shards, cfg.run.seed)
+        options, work, on_workers = pipeline_options(cfg.run), layout.work(name), not shuffles_through_launcher(cfg.run)
+        write(
+            options,
+            output_files(layout.documents),
+            vocab,
+            folder,
+            getattr(cfg, name),
+            cfg.shards,
+            cfg.run.seed,
+            work=work,
+            cut_on_workers=on_workers,
+        )
+        storage.remove_tree(work)
+        if not storage.listdir(layout.temp):
+            storage.remove_tree(layout.temp)
         return Outcome(
             describe_outputs(layout, storage.files_under(folder)), digests={name: storage.sha256(storage.join(folder, "manifest.json"))}
         )
 
     def live(layout: Layout) -> dict[str, int]:
-        folder = layout.shards(name)
+        work = layout.work(name)
         return {
-            "token batches": len(storage.glob(storage.join(folder, ".sort-*", "docs", "*.arrow"))),
-            "example files": len(storage.glob(storage.join(folder, ".sort-*", "examples", "bucket-*", "*.arrow"))),
-            "shards written": len(storage.glob(storage.join(folder, "train-*.arrow"))),
+            "token batches": len(storage.glob(storage.join(work, ".sort-*", "docs", "*.arrow"))),
+            "example files": len(storage.glob(storage.join(work, ".sort-*", "examples", "bucket-*", "*.arrow"))),
+            "shards written": len(storage.glob(storage.join(layout.shards(name), "train-*.arrow"))),
         }
 
     def warnings(cfg: Config, figures: dict[str, Any]) -> list[str]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import tempfile
 import time
 import weakref
@@ -44,6 +45,7 @@ SUFFIX, LOCK_SUFFIX = ".arrow", ".lock"
 CHUNK = 8 << 20
 STALE_S = 600.0  # a temporary nobody wrote to for this long is a killed download's
 WAIT_S = 0.1  # polling interval while another process downloads the same shard
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 _pins: Counter[str] = Counter()  # cached files this process holds, by local path
 _chosen: ShardCache | None = None  # set by ``using`` (the command line's choice)
@@ -61,6 +63,8 @@ class ShardCache:
 
     def local_copy(self, uri: str, sha256: str, size: int) -> str:
         """The local path of the shard at ``uri``, downloaded and checked unless cached; pinned until ``release``."""
+        if not SHA256.fullmatch(sha256):  # it names a file here: never a path
+            raise ShardError(f"{uri}: the manifest's sha256 {sha256!r} is not a sha256 digest")
         target = self.path_of(sha256)
         _pins[target] += 1
         try:

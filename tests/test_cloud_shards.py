@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from shard_factory import bert_tokenizer_json, random_bert_columns, write_shards
+from shard_factory import bert_tokenizer_json, gpt_tokenizer_json, random_bert_columns, random_gpt_columns, write_shards
 from typer.testing import CliRunner
 
 from corpusforge.cli import app
@@ -21,6 +21,7 @@ from corpusforge.encoding.vocab import vocab_manifest
 from corpusforge.shards import cache as shard_cache
 from corpusforge.shards.cache import ShardCache, release
 from corpusforge.shards.reader import read_manifest
+from corpusforge.trainer.generate import generate
 from corpusforge.trainer.metrics import read_log
 from tests.s3_fixture import make_buckets, s3_server, upload
 
@@ -95,9 +96,13 @@ def test_verify_and_inspect_read_the_bucket(build: Path, s3: str, tmp_path: Path
     assert sorted(cached(tmp_path / "cache")) == sorted(f"{entry.sha256}.arrow" for entry in manifest.shards)
 
 
-def test_training_from_the_bucket_logs_the_local_losses_and_reuses_its_cache(build: Path, s3: str, tmp_path: Path) -> None:
+def test_training_from_the_bucket_logs_the_local_losses_and_reuses_its_cache(
+    build: Path, s3: str, tmp_path: Path, shared_data: Path
+) -> None:
     shards, run, cache = uploaded(build, f"{s3}/trained"), f"{s3}/trained/train/bert-tiny", tmp_path / "cache"
-    invoke("train", "--shards", shards, "--out", run, "--cache-dir", str(cache), *TRAIN, *QUIET)
+    # unverified, so that two DataLoader processes fetch the shards: one downloads each, the other waits and reuses it
+    workers = ["--set", "train.num_workers=2", "--set", "train.verify_shards=false"]
+    invoke("train", "--shards", shards, "--out", run, "--cache-dir", str(cache), *TRAIN, *QUIET, *workers)
     invoke(
         "train", "--shards", str(build / SHARDS), "--out", str(tmp_path / "local"), "--cache-dir", str(tmp_path / "unused"), *TRAIN, *QUIET
     )
@@ -127,6 +132,49 @@ def test_training_from_the_bucket_logs_the_local_losses_and_reuses_its_cache(bui
 
     invoke("export", run, f"{s3}/trained/hf")
     assert storage.is_file(f"{s3}/trained/hf/model.safetensors") and storage.is_file(f"{s3}/trained/hf/vocab.txt")
+    glue, tuned = str(shared_data / "glue"), f"{s3}/trained/sst2"
+    invoke(
+        "finetune",
+        run,
+        "--task",
+        "sst2",
+        "--glue-dir",
+        glue,
+        "--out",
+        tuned,
+        "--epochs",
+        "1",
+        "--max-train-examples",
+        "32",
+        "--max-seq-length",
+        "32",
+    )
+    assert storage.read_json(f"{tuned}/results.json")["checkpoint"]["path"] == f"{run}/checkpoints/step-00000022"
+
+
+def test_generate_reads_a_run_in_the_bucket(s3: str, tmp_path: Path, shared_data: Path) -> None:
+    vocab = shared_data / "vocab" / "gpt2"
+    tokenizer = gpt_tokenizer_json(vocab / "vocab.json", vocab / "merges.txt", tmp_path)
+    write_shards(tmp_path / "shards", random_gpt_columns(32, seq_len=32), [32], task="gpt", tokenizer_json=tokenizer)
+    upload(tmp_path / "shards", f"{s3}/gpt/shards")
+    run = f"{s3}/gpt/run"
+    invoke(
+        "train",
+        "--shards",
+        f"{s3}/gpt/shards",
+        "--out",
+        run,
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--model",
+        "gpt-tiny",
+        "--steps",
+        "2",
+        *TRAIN[4:],
+        *QUIET,
+    )
+    text = invoke("generate", run, "--prompt", "Once upon a time", "--max-new-tokens", "8", "--seed", "3", "--device", "cpu")
+    assert text.rstrip("\n") == generate(run, "Once upon a time", 8, seed=3, device="cpu")
 
 
 def test_a_rewritten_object_is_named_and_refused(build: Path, s3: str, tmp_path: Path) -> None:

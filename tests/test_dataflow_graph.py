@@ -38,7 +38,7 @@ from corpusforge.core.layout import Layout
 from corpusforge.corpora.document import Document
 from corpusforge.encoding.vocab import train_bpe, train_wordpiece
 from corpusforge.pipeline.documents_io import documents_table, output_files, write_table_atomic
-from corpusforge.pipeline.documents_job import documents_graph
+from corpusforge.pipeline.documents_job import documents_graph, recount_on_workers
 from corpusforge.pipeline.examples_stage import write_bert_shards, write_gpt_shards
 from corpusforge.pipeline.options import pipeline_options
 from corpusforge.stages import documents_job, documents_parts
@@ -54,7 +54,7 @@ except ImportError as missing:  # pragma: no cover - a setup error, said plainly
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "corpusforge" / "samples"
 BUCKET = "gs://cf-test"
-# What the README tells a cloud build to pass, plus the flags of an offline check: --dry_run=True (a bare
+# What a cloud build passes (the README's Dataflow flags), plus the flags of an offline check: --dry_run=True (a bare
 # --dry_run is refused: the option takes a value, and "False" would be truthy), --no_auth (no credentials
 # are looked up) and a fixed job name (Beam's default is made from the user name).
 DATAFLOW_FLAGS = [
@@ -118,9 +118,10 @@ def cloud_config(**run: object) -> Config:
 
 
 @pytest.fixture
-def cloud_inputs(gcs, tmp_path) -> Layout:
+def cloud_inputs(gcs, monkeypatch, tmp_path) -> Layout:
     """The sample books and a multistream Wikipedia dump under ``gs://cf-test/in``; documents and both
     vocabularies in the build folder, as the documents and vocab stages leave them for the example stages."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # Beam's stager leaves its temporaries: pytest sweeps these
     layout = Layout.at(f"{BUCKET}/run", f"{BUCKET}/tmp")
     texts = []
     for book in sorted((SAMPLES / "books").rglob("*.txt")):
@@ -329,6 +330,15 @@ def documents_request(cfg: Config) -> Request:
     return dataflow_request(pipeline.run().job)
 
 
+def recount_request(cfg: Config, layout: Layout, submitted: list) -> Request:
+    """The documents stage's second Beam job on a cluster: the written files read back on the workers. A dry
+    run writes no result, so reading it back fails."""
+    with pytest.raises(FileNotFoundError):
+        recount_on_workers(pipeline_options(cfg.run), output_files(layout.documents), layout.work("documents"))
+    (job,) = submitted
+    return dataflow_request(job)
+
+
 def examples_request(cfg: Config, layout: Layout, name: str, submitted: list) -> Request:
     """The ``bert`` or ``gpt`` stage's Beam job, called as the stage calls it; the dry run makes no
     example, so the shard writer after it leaves an empty shard in memory."""
@@ -358,6 +368,15 @@ def test_documents_job_has_every_stage_and_names_no_local_path(cloud_inputs, tmp
     assert local_paths(request, tmp_path) == []
 
 
+def test_recount_job_reads_on_the_workers_and_names_no_local_path(cloud_inputs, submitted, tmp_path):
+    request = recount_request(cloud_config(), cloud_inputs, submitted)
+    assert {"Files", "Spread", "Recount", "Gather", "Write"} <= {name.split("/")[0] for name in request.transform_names()}
+    texts = texts_in(request)
+    assert f"{cloud_inputs.documents}/part-00000-of-00001.parquet" in texts
+    assert f"{cloud_inputs.work('documents')}/recount.pickle" in texts
+    assert local_paths(request, tmp_path) == []
+
+
 EXAMPLE_STEPS = {
     "bert": {"Read/Parts", "Read/Rows", "Read/Sentences", "Examples/Tokenize/Tokenize", "Examples/ByBucket", "Examples/Examples"},
     "gpt": {"Read/Parts", "Read/Rows", "Examples/OneText", "Examples/Windows/Tokenize/Tokenize", "Examples/Windows/ByBucket"},
@@ -366,7 +385,7 @@ EXAMPLE_STEPS = {
 
 @pytest.mark.parametrize("name", ["bert", "gpt"])
 def test_example_jobs_have_every_step_and_name_no_local_path(cloud_inputs, submitted, tmp_path, name):
-    request = examples_request(cloud_config(stages=["vocab", name]), cloud_inputs, name, submitted)
+    request = examples_request(cloud_config(), cloud_inputs, name, submitted)
     names = request.transform_names()
     assert EXAMPLE_STEPS[name] <= names and any(step.endswith("/WriteCounters") for step in names)
     texts = texts_in(request)

@@ -122,7 +122,7 @@ def test_kill_at_each_stage_then_rerun_gives_the_uninterrupted_bytes(reference: 
     points = [
         ("documents", lambda: any((out / ".work" / "documents").rglob("*.arrow"))),
         ("vocab", lambda: (out / ".stages" / "documents.json").is_file()),
-        ("bert examples", lambda: any(out.glob("shards/bert/.sort-*/examples"))),
+        ("bert examples", lambda: any(out.glob(".work/bert/.sort-*/examples"))),
         ("shard writing", lambda: any(out.glob("shards/bert/train-*.arrow"))),
     ]
     for name, appeared in points:

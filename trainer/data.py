@@ -25,9 +25,9 @@ when the main process is busy (page faults on a cold disk, a Python-heavy traini
 
 A shard directory behind a URI (``s3://bucket/run/shards/bert``) is read the same way from local
 copies: ``shards.cache`` downloads each shard the first time it is needed, checks it against the
-manifest's sha256, and keeps it in a bounded cache that later runs reuse. A stream holds at most
-``OPEN_SHARDS`` shards open (each epoch visits a shard's blocks consecutively), so the cache can let go
-of the others.
+manifest's sha256, and keeps it in a bounded cache that later runs reuse. A stream keeps only the
+shard it is reading open (an epoch reads each shard's blocks consecutively), so the cache may evict
+the ones it has moved past.
 
 ``to_model_inputs(batch, device, task)`` gives what the models take (non-blocking copies, dtype
 conversion on the device):
@@ -136,7 +136,7 @@ class _OpenShard:
         self.views = {name: chunk_views(table, name) for name in columns}
         lengths = [len(view) for view in self.views[columns[0]]]
         self.offsets = np.concatenate([[0], np.cumsum(lengths)])
-        self.table = table  # keeps the memory map alive as long as the views
+        self.table = table  # keeps the memory map (and a cached file's pin) alive as long as the views
 
     def ranges(self, start: int, end: int) -> Iterator[tuple[_OpenShard, int, int, int]]:
         """Rows [start, end) as (shard, record batch, first row, end row) within record batches."""
@@ -278,8 +278,8 @@ class ShardStream(IterableDataset):
             return {name: torch.from_numpy(p[0] if len(p) == 1 else np.concatenate(p)) for name, p in pieces.items()}
 
     def _shard(self, index: int) -> _OpenShard:
-        """Shard ``index``, opened unless it is one of the ``OPEN_SHARDS`` most recently used; the least recent is
-        closed first, so the cache may evict it to make room for this one."""
+        """Shard ``index``, opened unless it is among the ``OPEN_SHARDS`` last used; those beyond are closed first,
+        so the cache may evict their files to make room for this one."""
         shard = self._shards.pop(index, None)
         if shard is None:
             while len(self._shards) >= OPEN_SHARDS:
