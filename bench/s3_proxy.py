@@ -28,6 +28,7 @@ class CountingProxy:
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._native_id = 0
+        self._open: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks
         self.port = 0
 
     @property
@@ -69,17 +70,23 @@ class CountingProxy:
             self._loop.close()
 
     async def _handle(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._open.add(task)
         try:
             store_reader, store_writer = await asyncio.open_connection(*self.target)
         except OSError:
             client_writer.close()
+            self._open.discard(task)
             return
-        await asyncio.gather(
-            self._pipe(client_reader, store_writer, "to_store"),
-            self._pipe(store_reader, client_writer, "from_store"),
-        )
-        for writer in (store_writer, client_writer):
-            writer.close()
+        try:
+            await asyncio.gather(
+                self._pipe(client_reader, store_writer, "to_store"),
+                self._pipe(store_reader, client_writer, "from_store"),
+            )
+        finally:
+            for writer in (store_writer, client_writer):
+                writer.close()
+            self._open.discard(task)
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, direction: str) -> None:
         """Copy one direction until its end of file, then pass the end of file on (HTTP keep-alive closes cleanly)."""

@@ -326,16 +326,16 @@ def example_stage(name: str, vocab_kind: str, write: Callable[..., dict]) -> Sta
     )
 
 
-def _write_bert(*args: Any) -> dict:
+def _write_bert(*args: Any, **kwargs: Any) -> dict:
     from corpusforge.pipeline.examples_stage import write_bert_shards
 
-    return write_bert_shards(*args)
+    return write_bert_shards(*args, **kwargs)
 
 
-def _write_gpt(*args: Any) -> dict:
+def _write_gpt(*args: Any, **kwargs: Any) -> dict:
     from corpusforge.pipeline.examples_stage import write_gpt_shards
 
-    return write_gpt_shards(*args)
+    return write_gpt_shards(*args, **kwargs)
 
 
 EXAMPLE_FORMATS = (example_stage("bert", "wordpiece", _write_bert), example_stage("gpt", "bpe", _write_gpt))

@@ -15,7 +15,7 @@ from corpusforge.core.config import RunConfig
 
 IN_PROCESS_RUNNERS = ("DirectRunner", "FnApiRunner")  # shuffled elements pass through the launching process
 # Runners Beam does not register by short name.
-RUNNER_ALIASES = {"DaskRunner": "corpusforge.pipeline.dask_runner.DaskRunner"}  # Beam's own, with two bugs fixed
+RUNNER_ALIASES = {"DaskRunner": "corpusforge.pipeline.dask_runner.DaskRunner"}  # Beam's own, with five bugs fixed
 
 
 def pipeline_options(run: RunConfig, **extra: object) -> PipelineOptions:

@@ -23,11 +23,10 @@ import hashlib
 import logging
 import os
 import re
-import tempfile
 import time
 import weakref
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
@@ -144,24 +143,36 @@ def release(path: str) -> None:
 
 def download(uri: str, target: str, sha256: str, size: int) -> None:
     """Copy ``uri`` to ``target`` hashing on the way; ``target`` appears only if size and sha256 are the manifest's."""
+    with storage.writing(target) as sink:
+        _stream_checked(uri, sha256, size, sink.write)
+
+
+def checked_bytes(uri: str, sha256: str, size: int) -> pa.Buffer:
+    """The bytes of ``uri``, checked like a download, for a one-off read (``shards verify``): nothing touches the disk."""
+    data = bytearray()
+    _stream_checked(uri, sha256, size, data.extend)
+    return pa.py_buffer(data)
+
+
+def _stream_checked(uri: str, sha256: str, size: int, write: Callable[[bytes], object]) -> None:
+    """Pass the object's bytes to ``write`` in chunks, then raise ``ShardError`` unless they are the manifest's."""
     actual_size = storage.size(uri)
     if actual_size != size:
         raise ShardError(f"{uri}: {actual_size} bytes, manifest says {size} (truncated or rewritten)")
     digest = hashlib.sha256()
-    with storage.open_file(uri, "rb") as source, storage.writing(target) as sink:
+    with storage.open_file(uri, "rb") as source:
         while chunk := source.read(CHUNK):
             digest.update(chunk)
-            sink.write(chunk)
-        if digest.hexdigest() != sha256:
-            raise ShardError(f"{uri}: sha256 mismatch (manifest {sha256}, object {digest.hexdigest()}); the download was discarded")
+            write(chunk)
+    if digest.hexdigest() != sha256:
+        raise ShardError(f"{uri}: sha256 mismatch (manifest {sha256}, object {digest.hexdigest()}); the download was discarded")
 
 
 def default_cache() -> ShardCache:
     """The cache ``using`` chose, else the one the environment names, else ~/.cache/corpusforge/shards of 20 GB."""
     if _chosen is not None:
         return _chosen
-    directory = os.environ.get(DIR_ENV) or DEFAULT_DIR
-    return ShardCache(storage.resolve(directory), _bytes(float(os.environ.get(GB_ENV) or DEFAULT_GB)))
+    return shard_cache(os.environ.get(DIR_ENV) or DEFAULT_DIR, float(os.environ.get(GB_ENV) or DEFAULT_GB))
 
 
 @contextmanager
@@ -169,10 +180,7 @@ def using(directory: storage.PathLike | None = None, gigabytes: float | None = N
     """Make ``default_cache`` this folder and limit for the block (None: the environment's or the default)."""
     global _chosen
     base = default_cache()
-    chosen = ShardCache(
-        storage.resolve(directory) if directory is not None else base.directory,
-        _bytes(gigabytes) if gigabytes is not None else base.limit,
-    )
+    chosen = shard_cache(directory or base.directory, base.limit / 1e9 if gigabytes is None else gigabytes)
     previous, _chosen = _chosen, chosen
     try:
         yield chosen
@@ -180,10 +188,13 @@ def using(directory: storage.PathLike | None = None, gigabytes: float | None = N
         _chosen = previous
 
 
-def _bytes(gigabytes: float) -> int:
+def shard_cache(directory: storage.PathLike, gigabytes: float) -> ShardCache:
+    """A cache in a local folder (shards are memory-mapped from it) holding up to ``gigabytes`` (10^9 bytes)."""
+    if not storage.is_local(directory):
+        raise ValueError(f"{directory}: the shard cache must be a local folder")
     if gigabytes < 0:
-        raise ValueError(f"cache size must not be negative, got {gigabytes} GB")
-    return int(gigabytes * 1e9)
+        raise ValueError(f"the shard cache's size must not be negative, got {gigabytes} GB")
+    return ShardCache(storage.resolve(directory), round(gigabytes * 1e9))
 
 
 def open_cached(manifest: Manifest, entry: ShardEntry, cache: ShardCache | None = None, schema: pa.Schema | None = None) -> pa.Table:
@@ -202,12 +213,3 @@ def open_cached(manifest: Manifest, entry: ShardEntry, cache: ShardCache | None 
         raise
     weakref.finalize(table, release, local)
     return table
-
-
-@contextmanager
-def checked_copy(uri: str, sha256: str, size: int) -> Iterator[str]:
-    """A throwaway local copy of ``uri``, checked like a cached one, removed after the block (no cache involved)."""
-    with tempfile.TemporaryDirectory(prefix="corpusforge-verify-") as scratch:
-        local = storage.join(scratch, storage.name(uri))
-        download(uri, local, sha256, size)
-        yield local

@@ -154,11 +154,19 @@ def open_shard(
         actual = storage.sha256(read)
         if actual != expected.sha256:
             raise ShardError(f"{path}: sha256 mismatch (manifest {expected.sha256[:12]}…, file {actual[:12]}…)")
+    return read_shard(path, read, expected=expected, schema=schema)
+
+
+def read_shard(path: str, source: str | pa.Buffer, *, expected: ShardEntry | None = None, schema: pa.Schema | None = None) -> pa.Table:
+    """The table of a shard whose file checks passed: ``source`` is a file (memory-mapped) or the shard's bytes.
+
+    ``expected`` checks the example count, ``schema`` the columns; messages name ``path``.
+    """
     try:
-        source = storage.arrow_input(read)
-        opener = pa.ipc.open_file if source.read(len(FILE_MAGIC)) == FILE_MAGIC else pa.ipc.open_stream
-        source.seek(0)
-        table = opener(source).read_all()
+        stream = pa.BufferReader(source) if isinstance(source, pa.Buffer) else storage.arrow_input(source)
+        opener = pa.ipc.open_file if stream.read(len(FILE_MAGIC)) == FILE_MAGIC else pa.ipc.open_stream
+        stream.seek(0)
+        table = opener(stream).read_all()
     except (pa.ArrowException, OSError) as exc:
         message = " ".join(str(exc).split())
         raise ShardError(f"{path}: not a readable Arrow IPC file ({message})") from exc

@@ -5,16 +5,14 @@ manifest validity, shard names, no missing shards, no stray ``*.arrow`` or half-
 files, each shard's size, sha256, schema, example and token counts and basic value sanity, the
 totals, and the vocabulary file's checksum and id type.
 
-A folder behind a URI is checked the same way: each object is downloaded once, its size and sha256
-compared with the manifest's on the way, then read from the local copy (a throwaway one, or the
-trainer's cache so that training reuses it).
+A folder behind a URI is checked the same way: each object is read once, its size and sha256 compared
+with the manifest's on the way, into memory (nothing is kept) or, for the trainer, into its shard cache
+so that training reuses the download.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
@@ -22,9 +20,9 @@ from tqdm import tqdm
 
 from corpusforge.core import storage
 from corpusforge.core.layout import Layout, build_folder_of
-from corpusforge.shards.cache import ShardCache, checked_copy, release
+from corpusforge.shards.cache import ShardCache, checked_bytes, open_cached
 from corpusforge.shards.format import MANIFEST_NAME, SHARD_PATTERN, id_type
-from corpusforge.shards.reader import Manifest, ShardEntry, ShardError, column_view, open_shard, read_manifest
+from corpusforge.shards.reader import Manifest, ShardEntry, ShardError, column_view, open_shard, read_manifest, read_shard
 
 
 def verify(
@@ -32,7 +30,7 @@ def verify(
 ) -> list[str]:
     """Every problem of ``directory``, one line each; ``vocab`` replaces the manifest's vocabulary path.
 
-    ``cache`` keeps a URI folder's downloaded shards (``shards.cache``); without it each is a throwaway copy.
+    ``cache`` keeps a URI folder's downloaded shards (``shards.cache``); without it each is read into memory and dropped.
     """
     directory = os.fspath(directory)
     try:
@@ -104,26 +102,15 @@ def _check_shard(manifest: Manifest, entry: ShardEntry, schema: pa.Schema, cache
     if not storage.is_file(path):
         return []  # already reported as missing
     try:
-        with _local_copy(path, entry, cache) as local:  # a download is checked against size and sha256 on the way
-            return _check_table(manifest, entry, open_shard(path, expected=entry, check_sha=local is None, schema=schema, local=local))
+        if storage.is_local(path):
+            table = open_shard(path, expected=entry, check_sha=True, schema=schema)
+        elif cache is None:  # streamed into memory, size and sha256 checked on the way
+            table = read_shard(path, checked_bytes(path, entry.sha256, entry.bytes), expected=entry, schema=schema)
+        else:  # downloaded into the cache, checked the same way, for the training that follows
+            table = open_cached(manifest, entry, cache, schema=schema)
     except ShardError as exc:
         return [str(exc)]
-
-
-@contextmanager
-def _local_copy(path: str, entry: ShardEntry, cache: ShardCache | None) -> Iterator[str | None]:
-    """Where a shard is read: in place when local (None), else a checked download, into ``cache`` when given."""
-    if storage.is_local(path):
-        yield None
-    elif cache is None:
-        with checked_copy(path, entry.sha256, entry.bytes) as local:
-            yield local
-    else:
-        local = cache.local_copy(path, entry.sha256, entry.bytes)
-        try:
-            yield local
-        finally:
-            release(local)
+    return _check_table(manifest, entry, table)
 
 
 def _check_table(manifest: Manifest, entry: ShardEntry, table: pa.Table) -> list[str]:

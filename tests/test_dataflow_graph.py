@@ -1,5 +1,6 @@
-"""The Dataflow job of every Beam stage, built offline and checked: what ``corpusforge build`` would submit
-with ``run.runner = "DataflowRunner"``, made by DataflowRunner's dry run (no credentials, nothing sent).
+"""The Dataflow jobs of every Beam stage (documents and its read-back recount, bert, gpt), built offline and
+checked: what ``corpusforge build`` would submit with ``run.runner = "DataflowRunner"``, made by
+DataflowRunner's dry run (no credentials, nothing sent).
 
 A cloud build spells every path as a URI, and a Dataflow worker opens none of the launcher's files: so
 every stage's transforms must be in the job, and nothing in the job may name a local path, neither the
@@ -40,7 +41,7 @@ from corpusforge.encoding.vocab import train_bpe, train_wordpiece
 from corpusforge.pipeline.documents_io import documents_table, output_files, write_table_atomic
 from corpusforge.pipeline.documents_job import documents_graph, recount_on_workers
 from corpusforge.pipeline.examples_stage import write_bert_shards, write_gpt_shards
-from corpusforge.pipeline.options import pipeline_options
+from corpusforge.pipeline.options import pipeline_options, shuffles_through_launcher
 from corpusforge.stages import documents_job, documents_parts
 
 try:  # DataflowRunner's module imports the Dataflow API client even for a dry run
@@ -339,21 +340,26 @@ def recount_request(cfg: Config, layout: Layout, submitted: list) -> Request:
     return dataflow_request(job)
 
 
-def examples_request(cfg: Config, layout: Layout, name: str, submitted: list) -> Request:
-    """The ``bert`` or ``gpt`` stage's Beam job, called as the stage calls it; the dry run makes no
-    example, so the shard writer after it leaves an empty shard in memory."""
+def examples_requests(cfg: Config, layout: Layout, name: str, submitted: list) -> tuple[Request, Request]:
+    """The ``bert`` or ``gpt`` stage's two Beam jobs on a cluster, called as the stage calls them: the examples
+    spilled under the run's temporary area, then the shards cut on the workers. A dry run makes no example,
+    so the cut plans one empty shard, and reading back its entries fails."""
     write, vocab = {"bert": (write_bert_shards, "wordpiece"), "gpt": (write_gpt_shards, "bpe")}[name]
-    write(
-        pipeline_options(cfg.run),
-        output_files(layout.documents),
-        layout.vocab(vocab),
-        layout.shards(name),
-        getattr(cfg, name),
-        cfg.shards,
-        cfg.run.seed,
-    )
-    (job,) = submitted
-    return dataflow_request(job)
+    options, on_workers = pipeline_options(cfg.run), not shuffles_through_launcher(cfg.run)
+    with pytest.raises(FileNotFoundError):
+        write(
+            options,
+            output_files(layout.documents),
+            layout.vocab(vocab),
+            layout.shards(name),
+            getattr(cfg, name),
+            cfg.shards,
+            cfg.run.seed,
+            work=layout.work(name),
+            cut_on_workers=on_workers,
+        )
+    examples, cut = submitted
+    return dataflow_request(examples), dataflow_request(cut)
 
 
 def test_documents_job_has_every_stage_and_names_no_local_path(cloud_inputs, tmp_path):
@@ -385,13 +391,15 @@ EXAMPLE_STEPS = {
 
 @pytest.mark.parametrize("name", ["bert", "gpt"])
 def test_example_jobs_have_every_step_and_name_no_local_path(cloud_inputs, submitted, tmp_path, name):
-    request = examples_request(cloud_config(), cloud_inputs, name, submitted)
-    names = request.transform_names()
+    examples, cut = examples_requests(cloud_config(), cloud_inputs, name, submitted)
+    names = examples.transform_names()
     assert EXAMPLE_STEPS[name] <= names and any(step.endswith("/WriteCounters") for step in names)
-    texts = texts_in(request)
+    texts = texts_in(examples)
     assert cloud_inputs.vocab({"bert": "wordpiece", "gpt": "bpe"}[name]) in texts
-    assert any(text.startswith(f"{cloud_inputs.shards(name)}/.sort-") for text in texts)  # the spill folder
-    assert local_paths(request, tmp_path) == []
+    assert any(text.startswith(f"{cloud_inputs.work(name)}/.sort-") for text in texts)  # the spill folder
+    assert {"ShardJobs", "CutShard", "GatherEntries", "WriteEntries"} <= {step.split("/")[0] for step in cut.transform_names()}
+    assert f"{cloud_inputs.shards(name)}/train-00000-of-00001.arrow" in texts_in(cut)
+    assert local_paths(examples, tmp_path) == [] and local_paths(cut, tmp_path) == []
 
 
 def test_a_local_path_in_the_configuration_is_caught(cloud_inputs, tmp_path):
