@@ -53,7 +53,9 @@ class RunConfig(Section):
     )
     reject_parts: int = Field(4, ge=1, description="Parquet files of rejects (~100 bytes a record), split by id hash")
     lock_lease_s: float = Field(
-        120.0, gt=0, description="on an object store: a build lock not renewed for this long was left by a killed launcher and is taken over"
+        120.0,
+        gt=0,
+        description="on an object store: a build lock not renewed for this long was left by a killed launcher and is taken over",
     )
 
 
