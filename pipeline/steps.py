@@ -39,7 +39,7 @@ Reader = Callable[[object, Counter], Iterable[Document | Reject]]  # (task, coun
 
 def split_kinds(records: beam.PCollection, label: str) -> tuple[beam.PCollection, beam.PCollection, beam.PCollection]:
     """(refs, rejects, counters) of a ``ReadCleanSpill`` output."""
-    return tuple(records | f"{label}{kind.title()}s" >> beam.FlatMap(only, kind) for kind in (REF, REJECT, COUNTERS))  # type: ignore[return-value]
+    return tuple(records | f"{label}{kind.title().removesuffix('s')}s" >> beam.FlatMap(only, kind) for kind in (REF, REJECT, COUNTERS))  # type: ignore[return-value]
 
 
 class ReadCleanSpill(beam.DoFn):

@@ -1,6 +1,6 @@
-"""The Dataflow jobs of every Beam stage (documents and its read-back recount, bert, gpt), built offline and
-checked: what ``corpusforge build`` would submit with ``run.runner = "DataflowRunner"``, made by
-DataflowRunner's dry run (no credentials, nothing sent).
+"""The Dataflow jobs of every Beam stage (documents and its read-back recount; bert and gpt, each with its
+shard cut), built offline and checked: what ``corpusforge build`` would submit with ``run.runner =
+"DataflowRunner"``, made by DataflowRunner's dry run (no credentials, nothing sent).
 
 A cloud build spells every path as a URI, and a Dataflow worker opens none of the launcher's files: so
 every stage's transforms must be in the job, and nothing in the job may name a local path, neither the
