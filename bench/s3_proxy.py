@@ -6,16 +6,25 @@ headers included), so a build's traffic on the store is measured without touchin
         env = {"AWS_ENDPOINT_URL": proxy.endpoint}
         ...
         print(proxy.counts())  # {"to_store": ..., "from_store": ...}
+        print(proxy.breakdown())  # the same per kind of request: "GET <bucket>/tmp-#/documents/part-#.parquet"
+
+The breakdown reads the request line at the start of each chunk a client sends (HTTP/1.1 requests on one
+connection follow each other, and clients send the headers in one write) and charges the response bytes
+that follow on that connection to it: a diagnostic, exact enough to find what is read many times.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
+from collections import Counter
 
 import psutil
 
 CHUNK = 1 << 18
+_REQUEST = re.compile(rb"^(GET|PUT|POST|HEAD|DELETE) (\S+) HTTP/1\.[01]\r\n")
+_VARYING = re.compile(r"[0-9a-f]{8,}|\d+")  # uuids, hashes, part numbers: one kind of request for all of them
 
 
 class CountingProxy:
@@ -24,6 +33,7 @@ class CountingProxy:
     def __init__(self, host: str, port: int) -> None:
         self.target = (host, port)
         self._counts = {"to_store": 0, "from_store": 0}
+        self._kinds: dict[str, Counter] = {}  # kind of request -> requests, to_store, from_store
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -38,6 +48,10 @@ class CountingProxy:
     def counts(self) -> dict[str, int]:
         """Bytes forwarded so far, each way (a snapshot; the loop thread keeps adding)."""
         return dict(self._counts)
+
+    def breakdown(self) -> dict[str, dict[str, int]]:
+        """Per kind of request so far: {"requests", "to_store", "from_store"} (a snapshot)."""
+        return {kind: dict(counts) for kind, counts in list(self._kinds.items())}
 
     def cpu_seconds(self) -> float:
         """CPU seconds of the proxy's thread: the instrument's own cost, which a real store would not add."""
@@ -78,24 +92,34 @@ class CountingProxy:
             client_writer.close()
             self._open.discard(task)
             return
+        current = [Counter()]  # the kind of the request this connection is serving
         try:
             await asyncio.gather(
-                self._pipe(client_reader, store_writer, "to_store"),
-                self._pipe(store_reader, client_writer, "from_store"),
+                self._pipe(client_reader, store_writer, "to_store", current),
+                self._pipe(store_reader, client_writer, "from_store", current),
             )
         finally:
             for writer in (store_writer, client_writer):
                 writer.close()
             self._open.discard(task)
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, direction: str) -> None:
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, direction: str, current: list[Counter]) -> None:
         """Copy one direction until its end of file, then pass the end of file on (HTTP keep-alive closes cleanly)."""
         try:
             while data := await reader.read(CHUNK):
                 self._counts[direction] += len(data)
+                if direction == "to_store" and (request := _REQUEST.match(data)):
+                    current[0] = self._kind(request.group(1).decode(), request.group(2).decode("latin-1"))
+                    current[0]["requests"] += 1
+                current[0][direction] += len(data)
                 writer.write(data)
                 await writer.drain()
             if writer.can_write_eof():
                 writer.write_eof()
         except (ConnectionError, OSError):
             writer.close()
+
+    def _kind(self, method: str, target: str) -> Counter:
+        path, _, query = target.partition("?")
+        kind = f"{method} {_VARYING.sub('#', path)}" + (f"?{query.split('=')[0]}" if query else "")
+        return self._kinds.setdefault(kind, Counter())

@@ -353,13 +353,13 @@ def store_build(corpus: str, out: str, temp: str, env: dict[str, str], log: Path
     extra = ["--set", f'run.temp_location="{temp}"', "--set", 'run.runner="DaskRunner"']
     with Cluster(env, log.with_suffix(".cluster.log")) as cluster:
         cmd = command(corpus, out, FULL, *extra, "--set", f'run.beam_args=["--dask_client_address={cluster.address}"]')
-        cluster0, moto0, proxy0, bytes0 = cluster.cpu(), _live_cpu(moto), proxy.cpu_seconds(), proxy.counts()
+        cluster0, moto0, proxy0, bytes0, kinds0 = cluster.cpu(), _live_cpu(moto), proxy.cpu_seconds(), proxy.counts(), proxy.breakdown()
         cpu0, t0 = children_cpu(), time.perf_counter()
         launcher = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(log, "w"), env=env)
         watcher = PeakWatcher([launcher.pid, cluster.proc.pid])
         launcher.wait()
         wall, launcher_cpu = time.perf_counter() - t0, children_cpu() - cpu0
-        cluster1, moto1, proxy1, bytes1 = cluster.cpu(), _live_cpu(moto), proxy.cpu_seconds(), proxy.counts()
+        cluster1, moto1, proxy1, bytes1, kinds1 = cluster.cpu(), _live_cpu(moto), proxy.cpu_seconds(), proxy.counts(), proxy.breakdown()
         watcher.stop()
     if launcher.returncode:
         raise SystemExit(f"build failed ({launcher.returncode}): see {log}")
@@ -370,6 +370,7 @@ def store_build(corpus: str, out: str, temp: str, env: dict[str, str], log: Path
         "proxy_cpu": proxy1 - proxy0,
         "written": bytes1["to_store"] - bytes0["to_store"],
         "read": bytes1["from_store"] - bytes0["from_store"],
+        "kinds": {kind: {k: v - kinds0.get(kind, {}).get(k, 0) for k, v in counts.items()} for kind, counts in kinds1.items()},
         "launcher": watcher.peaks.get(launcher.pid, 0),
         "launcher_children": watcher.children_peak(launcher.pid),
         "scheduler": watcher.peaks.get(cluster.proc.pid, 0),
@@ -439,6 +440,7 @@ def store_mode(sizes: list[int], work: Path, source: str, repeat: int) -> None:
                     b = store_build(remote, b_out, b_tmp, build_env, work / f"store-s3-{size}.log", moto, proxy)
                     print_store_row(f"S3 (moto) #{i}", b, nbytes)
                     print_identity(data_digests(str(local_out / "out")), data_digests(b_out))
+                    print_kinds(b["kinds"], nbytes)
                     print_stage_seconds(a, b)
                     runs.append((a, b))
                     for path in (b_out, b_tmp):
@@ -468,6 +470,15 @@ def print_identity(local: dict[str, str], remote: dict[str, str]) -> None:
         print(f"  data files ({folders}): {len(differ)} DIFFER: {', '.join(differ[:10])}", flush=True)
     else:
         print(f"  data files ({folders}): {len(local)} files, byte-identical on local disk and on S3", flush=True)
+
+
+def print_kinds(kinds: dict[str, dict[str, int]], nbytes: int, top: int = 8) -> None:
+    """Where the store traffic goes: the kinds of request that moved the most bytes (numbers in names as #)."""
+    heavy = sorted(kinds.items(), key=lambda item: -(item[1].get("from_store", 0) + item[1].get("to_store", 0)))
+    print("  heaviest requests on S3 (requests, MB read, MB written, per MB of input):", flush=True)
+    for kind, c in heavy[:top]:
+        read, written = (c.get(k, 0) / nbytes for k in ("from_store", "to_store"))
+        print(f"    {c.get('requests', 0):7d} {read:7.2f} {written:7.2f}  {kind}", flush=True)
 
 
 def print_stage_seconds(a: dict, b: dict) -> None:

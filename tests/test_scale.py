@@ -69,7 +69,7 @@ def test_references_read_back_share_their_file_strings(tmp_path: Path) -> None:
     from corpusforge.pipeline.document_spill import RefMaker
 
     docs = [Document(f"books:{i}", "books", f"t{i}", f"word{i} " * 50) for i in range(2)]
-    refs = RefMaker(NearDedupConfig()).spill(tmp_path / "spill.arrow", docs)
+    refs = RefMaker(NearDedupConfig()).spill(str(tmp_path / "spill.arrow"), docs)
     back = [pickle.loads(pickle.dumps(ref)) for ref in refs]
     assert back == refs
     assert back[0].spill is back[1].spill and back[0].source is back[1].source
@@ -93,14 +93,14 @@ def test_parts_are_sized_by_bytes(small_books: Path, tmp_path: Path) -> None:
 
 def test_a_record_lost_after_reading_fails_the_build(small_books: Path, tmp_path: Path, monkeypatch) -> None:
     """Books are counted where the files are listed: a reader that loses one fails the accounting."""
-    import corpusforge.build as build_module
+    import corpusforge.pipeline.sources as sources
 
-    real = build_module.read_book_task
+    real = sources.read_book_task
 
     def lossy(task, counts):
         return [] if task[0].endswith("book-00003.txt") else real(task, counts)
 
-    monkeypatch.setattr(build_module, "read_book_task", lossy)
+    monkeypatch.setattr(sources, "read_book_task", lossy)
     with pytest.raises(AccountingError, match="books"):
         build(tmp_path / "out", small_books, 'run.direct_running_mode="in_memory"')
 
