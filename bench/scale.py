@@ -475,7 +475,7 @@ def print_identity(local: dict[str, str], remote: dict[str, str]) -> None:
 def print_kinds(kinds: dict[str, dict[str, int]], nbytes: int, top: int = 8) -> None:
     """Where the store traffic goes: the kinds of request that moved the most bytes (numbers in names as #)."""
     heavy = sorted(kinds.items(), key=lambda item: -(item[1].get("from_store", 0) + item[1].get("to_store", 0)))
-    print("  heaviest requests on S3 (requests, MB read, MB written, per MB of input):", flush=True)
+    print("  heaviest requests on S3 (count; MB read and MB written per MB of input):", flush=True)
     for kind, c in heavy[:top]:
         read, written = (c.get(k, 0) / nbytes for k in ("from_store", "to_store"))
         print(f"    {c.get('requests', 0):7d} {read:7.2f} {written:7.2f}  {kind}", flush=True)

@@ -45,9 +45,11 @@ def s3_server() -> Iterator[dict[str, str]]:
         env = {**CREDENTIALS, "AWS_ENDPOINT_URL": endpoint, "AWS_ENDPOINT_URL_S3": endpoint}
         saved = {key: os.environ.get(key) for key in env}
         os.environ.update(env)
+        forget_clients()
         try:
             yield env
         finally:
+            forget_clients()
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)
@@ -56,6 +58,14 @@ def s3_server() -> Iterator[dict[str, str]]:
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def forget_clients() -> None:
+    """fsspec keeps one S3 filesystem per set of arguments, and the endpoint comes from the environment, not
+    the arguments: a client made for an earlier server would still call it."""
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
 
 
 def make_buckets(*names: str) -> None:
