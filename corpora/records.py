@@ -28,31 +28,28 @@ compressed or Arrow file: one reject for the rest of the task, after the records
 
 from __future__ import annotations
 
-import gzip
 import json
-import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Literal
+from typing import Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import zstandard
 
 from corpusforge.core import storage
 from corpusforge.core.config import RecordsConfig
+from corpusforge.corpora.compressed import CORRUPTION as FILE_CORRUPTION
+from corpusforge.corpora.compressed import decompressed_chunks
 from corpusforge.corpora.document import Document, InputFormatError, Reject, count_input, make_id
 
 SOURCE = "records"
-READ_BYTES = 1 << 20
 BATCH_ROWS = 1024  # Parquet rows converted to Python at a time: bounded memory for any row group size
-ZSTD_MAX_WINDOW = 2**31
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSIONS = (".gz", ".zst")
 DATASET_MARKERS = ("state.json", "dataset_info.json")  # what save_to_disk writes beside its Arrow files
 NOT_RECORDS = (*DATASET_MARKERS, "dataset_dict.json")  # datasets' own .json files are no records
-CORRUPTION = (OSError, EOFError, zlib.error, zstandard.ZstdError, pa.ArrowException)
+CORRUPTION = (*FILE_CORRUPTION, pa.ArrowException)
 Kind = Literal["jsonl", "parquet", "arrow"]
 
 
@@ -271,7 +268,7 @@ def _json_lines(path: str) -> Iterator[tuple[int, bytes]]:
     """(line number, line) of every non-blank line, never holding more than one line in memory."""
     pending = bytearray()
     number = 0
-    for chunk in _chunks(path):
+    for chunk in decompressed_chunks(path):
         start = 0
         while (end := chunk.find(b"\n", start)) >= 0:
             number += 1
@@ -283,38 +280,6 @@ def _json_lines(path: str) -> Iterator[tuple[int, bytes]]:
         pending += chunk[start:]
     if pending.strip():
         yield number + 1, bytes(pending)
-
-
-def _chunks(path: str) -> Iterator[bytes]:
-    """Decompressed bytes (codec by suffix); damage or a cut raises one of ``CORRUPTION`` after the
-    bytes before it came out."""
-    suffix = storage.name(path).lower().rpartition(".")[2]
-    with storage.open_file(path, "rb") as raw:
-        if suffix == "zst":
-            yield from _zstd_chunks(raw)
-        elif suffix == "gz":
-            with gzip.GzipFile(fileobj=raw) as stream:  # read1: a cut raises after the data before it
-                yield from iter(lambda: stream.read1(READ_BYTES), b"")
-        else:
-            yield from iter(lambda: raw.read(READ_BYTES), b"")
-
-
-def _zstd_chunks(raw: BinaryIO) -> Iterator[bytes]:
-    """zstandard's stream reader ends quietly at a cut frame; a decompressobj tells (``eof``)."""
-    decompressor = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
-    frame = decompressor.decompressobj()
-    started = False
-    for data in iter(lambda: raw.read(READ_BYTES), b""):
-        while data:
-            started = True
-            out = frame.decompress(data)
-            if out:
-                yield out
-            data = b""
-            if frame.eof:  # concatenated frames: the next one starts in the unused bytes
-                data, frame, started = frame.unused_data, decompressor.decompressobj(), False
-    if started:
-        raise EOFError("zstd frame ended before its end (truncated file)")
 
 
 def _parquet_batches(task: RecordTask, columns: list[str]) -> Iterator[pa.RecordBatch]:

@@ -9,33 +9,24 @@ submission reaching the threshold).
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import json
-import lzma
 import math
 import os
-import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, Literal
-
-import zstandard
+from typing import Literal
 
 from corpusforge.core import storage
+from corpusforge.corpora.compressed import CORRUPTION, decompressed_chunks
 from corpusforge.corpora.document import InputFormatError, Reject, count_input, make_id
 from corpusforge.corpora.urls import Blocklist, clean_url
 
 SOURCE = "webtext"
-ZSTD_MAX_WINDOW = 2**31
-READ_BYTES = 1 << 20
 MAX_LINE_BYTES = 8 << 20  # a submission is a few KB; a longer "line" is a wrong or damaged file
 SNIFF_LINES = 1000  # this many lines without one submission: the file is not a submission dump
 INT_LIMIT = 2**53  # scores and times beyond this are noise, and must stay exact as floats / int64
 SUBMISSION_FIELDS = frozenset({"url", "title", "is_self"})  # a comment has none of them
-CORRUPTION = (OSError, EOFError, lzma.LZMAError, zlib.error, zstandard.ZstdError)
-_OPENERS = {".xz": lzma.open, ".bz2": bz2.open, ".gz": gzip.open}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,46 +53,13 @@ class Link:
     submission_ids: tuple[str, ...]
 
 
-def dump_chunks(path: storage.PathLike) -> Iterator[bytes]:
-    """Decompressed bytes of a dump (codec by file suffix), never read whole; damage or a cut anywhere,
-    in every codec, raises one of ``CORRUPTION`` after everything before it was yielded."""
-    suffix = os.path.splitext(storage.name(path))[1].lower()
-    with storage.open_file(path, "rb") as raw:
-        if suffix == ".zst":
-            yield from _zstd_chunks(raw)
-        elif suffix in _OPENERS:
-            with _OPENERS[suffix](raw, "rb") as stream:
-                # read1: one raw read per call, so a cut raises after the data before it came out (read() drops it)
-                yield from iter(lambda: stream.read1(READ_BYTES), b"")
-        else:
-            yield from iter(lambda: raw.read(READ_BYTES), b"")
-
-
-def _zstd_chunks(raw: IO[bytes]) -> Iterator[bytes]:
-    """zstandard's stream reader ends quietly at a cut frame; a decompressobj tells (``eof``)."""
-    decompressor = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
-    frame = decompressor.decompressobj()
-    started = False
-    for data in iter(lambda: raw.read(READ_BYTES), b""):
-        while data:
-            started = True
-            out = frame.decompress(data)
-            if out:
-                yield out
-            data = b""
-            if frame.eof:  # concatenated frames: the next one starts in the unused bytes
-                data, frame, started = frame.unused_data, decompressor.decompressobj(), False
-    if started:
-        raise EOFError("zstd frame ended before its end (truncated dump)")
-
-
 def dump_lines(path: storage.PathLike) -> Iterator[tuple[int, bytes | None]]:
     """(line number, line) for every line; ``None`` for a line longer than ``MAX_LINE_BYTES``, which
     is skipped without being held in memory."""
     pending = bytearray()
     too_long = False
     number = 0
-    for chunk in dump_chunks(path):
+    for chunk in decompressed_chunks(path):
         start = 0
         while (end := chunk.find(b"\n", start)) >= 0:
             number += 1

@@ -110,8 +110,6 @@ def _decide(stage: Stage, cfg: Config, plan: Plan) -> None:
     previous = read_marker(plan.layout, stage.name)
     rerun_upstream = [name for name, _ in stage.needs(cfg) if plan.runs(name)]
     current = None if rerun_upstream else _current(stage, cfg, plan, True, previous)  # inputs described now, before they are read
-    if current is None and stage.inputs is not None:
-        plan.inputs[stage.name] = describe_inputs(stage.inputs(cfg, parts_of(stage, cfg, True, previous)), [])
     if plan.force:
         reason = "--force"
     elif previous is None:
