@@ -264,7 +264,7 @@ class RecordsConfig(Section):
 
     paths: list[str] = Field(
         default_factory=list,
-        description="files or folders: .jsonl/.json (optionally .gz or .zst), .parquet, or a datasets save_to_disk folder; relative to the configuration file",
+        description="files or folders: .jsonl/.json (optionally .gz, .zst, .xz or .bz2), .parquet, or a datasets save_to_disk folder; relative to the configuration file",
     )
     text_field: str = Field("text", description="the field holding each record's text")
     id_field: str | None = Field(

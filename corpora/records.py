@@ -46,7 +46,7 @@ from corpusforge.corpora.document import Document, InputFormatError, Reject, cou
 SOURCE = "records"
 BATCH_ROWS = 1024  # Parquet rows converted to Python at a time: bounded memory for any row group size
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
-COMPRESSIONS = (".gz", ".zst")
+COMPRESSIONS = (".gz", ".zst", ".xz", ".bz2")
 DATASET_MARKERS = ("state.json", "dataset_info.json")  # what save_to_disk writes beside its Arrow files
 NOT_RECORDS = (*DATASET_MARKERS, "dataset_dict.json")  # datasets' own .json files are no records
 CORRUPTION = (*FILE_CORRUPTION, pa.ArrowException)

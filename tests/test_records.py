@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
 import pickle
 import re
 from collections import Counter
@@ -68,6 +69,7 @@ def every_format(tmp_path: Path) -> dict[str, Path]:
         "jsonl": write_jsonl(tmp_path / "plain" / "corpus.jsonl", ROWS, blank_lines=True),
         "gz": write_jsonl(tmp_path / "gz" / "corpus.jsonl.gz", ROWS, opener=gzip.open),
         "zst": write_zst(tmp_path / "zst" / "corpus.ndjson.zst", ROWS),
+        "xz": write_jsonl(tmp_path / "xz" / "corpus.jsonl.xz", ROWS, opener=lzma.open),
         "parquet": write_parquet(tmp_path / "parquet" / "corpus.parquet", ROWS),
         "save_to_disk": save_to_disk(tmp_path / "hf" / "corpus", ROWS),
         "split": tmp_path / "split" / "corpus",
