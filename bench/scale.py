@@ -59,7 +59,7 @@ class PeakWatcher:
     written yet; at each marker the CPU seconds of the launcher's tree so far are noted.
     """
 
-    def __init__(self, pids: list[int], out: Path | None = None, stages: tuple[str, ...] = ()) -> None:
+    def __init__(self, pids: list[int], out: str | Path | None = None, stages: tuple[str, ...] = ()) -> None:
         self.roots, self.peaks, self.root_of, self._stop = pids, {}, {}, threading.Event()
         self.out, self.stages = out, stages
         self.stage_peaks: dict[str, dict[str, int]] = {s: {"launcher": 0, "workers": 0} for s in stages}
@@ -71,7 +71,7 @@ class PeakWatcher:
     def _stage(self) -> str | None:
         for stage in self.stages:
             if stage not in self.stage_cpu_end:
-                if (self.out / ".stages" / f"{stage}.json").is_file():
+                if storage.exists(storage.join(str(self.out), ".stages", f"{stage}.json")):
                     self.stage_cpu_end[stage] = self.tree_cpu()
                     continue
                 return stage
@@ -280,6 +280,7 @@ def _tree(pid: int) -> list[psutil.Process]:
 # --- --store s3: the same build on local disk and on an object store ------------------------------
 
 BUCKETS = ("bench-in", "bench-out")
+STORE_STAGES = ("documents", "vocab", "bert", "gpt")
 DATA = ("documents", "rejects", "vocab", "shards")  # what a build makes from its inputs (manifests also record paths and times)
 CLUSTER_SCRIPT = """
 import json, os, sys
@@ -356,7 +357,7 @@ def store_build(corpus: str, out: str, temp: str, env: dict[str, str], log: Path
         cluster0, moto0, proxy0, bytes0, kinds0 = cluster.cpu(), _live_cpu(moto), proxy.cpu_seconds(), proxy.counts(), proxy.breakdown()
         cpu0, t0 = children_cpu(), time.perf_counter()
         launcher = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(log, "w"), env=env)
-        watcher = PeakWatcher([launcher.pid, cluster.proc.pid])
+        watcher = PeakWatcher([launcher.pid, cluster.proc.pid], out, STORE_STAGES)
         launcher.wait()
         wall, launcher_cpu = time.perf_counter() - t0, children_cpu() - cpu0
         cluster1, moto1, proxy1, bytes1, kinds1 = cluster.cpu(), _live_cpu(moto), proxy.cpu_seconds(), proxy.counts(), proxy.breakdown()
@@ -376,6 +377,7 @@ def store_build(corpus: str, out: str, temp: str, env: dict[str, str], log: Path
         "scheduler": watcher.peaks.get(cluster.proc.pid, 0),
         "workers": [watcher.peaks.get(pid, 0) for pid in cluster.workers],
         "stages": storage.read_json(storage.join(out, "manifest.json"))["stage_seconds"],
+        "stage_launcher": {stage: peaks["launcher"] for stage, peaks in watcher.stage_peaks.items()},
     }
 
 
@@ -484,6 +486,8 @@ def print_kinds(kinds: dict[str, dict[str, int]], nbytes: int, top: int = 8) -> 
 def print_stage_seconds(a: dict, b: dict) -> None:
     stages = ", ".join(f"{s} {a['stages'][s]:.1f}/{b['stages'].get(s, float('nan')):.1f}" for s in a["stages"] if s != "total")
     print(f"  stage seconds, local/S3: {stages}", flush=True)
+    peaks = ", ".join(f"{s} {mb(a['stage_launcher'][s])}/{mb(b['stage_launcher'][s])}" for s in STORE_STAGES)
+    print(f"  launcher peak MB per stage, local/S3: {peaks}", flush=True)
 
 
 def print_ratios(size: int, runs: list[tuple[dict, dict]]) -> dict[str, float]:
