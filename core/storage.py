@@ -24,7 +24,7 @@ import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO, Any
 
@@ -217,6 +217,23 @@ def files_under(root: PathLike) -> list[str]:
         fs, inner = filesystem(root)
         found = [_full(root, f) for f in fs.find(inner)] if fs.isdir(inner) else []
     return sorted(f for f in found if not is_temporary(f))
+
+
+@contextmanager
+def local_copies(paths: Sequence[str]) -> Iterator[list[str]]:
+    """``paths`` as local files for the block: local paths as they are, a store's objects downloaded once
+    into a private temporary folder removed afterwards (for readers that pass over a file more than once)."""
+    remote = [path for path in paths if not is_local(path)]
+    if not remote:
+        yield [_local(path) for path in paths]
+        return
+    with tempfile.TemporaryDirectory(prefix="corpusforge-") as scratch:
+        copies = {}
+        for index, path in enumerate(remote):
+            fs, inner = filesystem(path)
+            copies[path] = os.path.join(scratch, f"{index}-{name(path)}")
+            fs.get_file(inner, copies[path])
+        yield [copies.get(path) or _local(path) for path in paths]
 
 
 def sha256(path: PathLike) -> str:

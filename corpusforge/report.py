@@ -13,10 +13,10 @@ from rich.table import Table
 
 from corpusforge.build import BuildResult
 from corpusforge.core import storage
-from corpusforge.core.layout import Layout
+from corpusforge.core.layout import MANIFEST, Layout
 from corpusforge.corpora.document_files import iter_row_groups, word_counts
 from corpusforge.pipeline.documents_io import output_files
-from corpusforge.pipeline.summary import collect_stats, stats_to_json
+from corpusforge.pipeline.summary import SourceStats, collect_stats, stats_to_json
 
 
 def _human_bytes(n: float) -> str:
@@ -27,12 +27,15 @@ def _human_bytes(n: float) -> str:
     return f"{n:.1f} GB"
 
 
-def sources_table(stats: dict) -> Table:
+def sources_table(stats: dict, inputs: bool = True) -> Table:
+    """Figures per source; ``inputs=False`` leaves out the records read, which only the build's counters know."""
     table = Table(title="documents per source")
-    for column in ("source", "inputs", "documents", "rejects", "words", "text"):
+    columns = ("source", "inputs", "documents", "rejects", "words", "text")
+    for column in columns if inputs else tuple(c for c in columns if c != "inputs"):
         table.add_column(column, justify="left" if column == "source" else "right")
     for source, s in stats.items():
-        table.add_row(source, f"{s.inputs:,}", f"{s.documents:,}", f"{sum(s.rejects.values()):,}", f"{s.words:,}", _human_bytes(s.bytes))
+        read = [f"{s.inputs:,}"] if inputs else []
+        table.add_row(source, *read, f"{s.documents:,}", f"{sum(s.rejects.values()):,}", f"{s.words:,}", _human_bytes(s.bytes))
     return table
 
 
@@ -114,12 +117,19 @@ def inspect_documents(console: Console, path: str, show: str | None = None, as_j
     row = _find_row(doc_files or reject_files, show) if show is not None else None  # a bad --show fails before any output
     none = storage.join(path, "_none")
     stats = collect_stats(storage.parent(doc_files[0]) if doc_files else none, storage.parent(reject_files[0]) if reject_files else none)
+    inputs = _inputs_from_manifest(stats, path)
     words = _word_counts(doc_files)
     lengths = _length_stats(words) if doc_files else {}
     if as_json:
-        console.print_json(json.dumps({"sources": stats_to_json(stats), "lengths": lengths}))
+        sources = {source: figures | ({} if inputs else {"inputs": None}) for source, figures in stats_to_json(stats).items()}
+        console.print_json(json.dumps({"sources": sources, "lengths": lengths}))
     elif doc_files:
-        console.print(sources_table(stats))
+        console.print(sources_table(stats, inputs=inputs))
+        if not inputs:
+            console.print(
+                f"no inputs column: records read per source are counted in a build's {MANIFEST} (give the build output folder)",
+                soft_wrap=True,
+            )
         if any(s.rejects for s in stats.values()):
             console.print(rejects_table(stats))
         console.print(
@@ -134,6 +144,20 @@ def inspect_documents(console: Console, path: str, show: str | None = None, as_j
         console.print(rejects_table(stats))
     if row is not None:
         _print_row(console, row)
+
+
+def _inputs_from_manifest(stats: dict[str, SourceStats], path: str) -> bool:
+    """Fill each source's records read from the build's counters when ``path`` is a build output folder or its
+    documents/ folder: the Parquet files hold what was written, not what was read. False when there are none."""
+    path = storage.resolve(path)
+    parent = Layout.at(storage.parent(path))
+    layout = parent if path == parent.documents else Layout.at(path)
+    counters = storage.read_json(layout.manifest).get("counters", {}) if storage.is_file(layout.manifest) else {}
+    if not set(stats) <= set(counters):
+        return False
+    for source, figures in stats.items():
+        figures.inputs = counters[source]["inputs"]
+    return True
 
 
 def _word_counts(doc_files: list[str]) -> np.ndarray:

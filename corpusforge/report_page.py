@@ -26,9 +26,10 @@ from corpusforge.core import storage
 from corpusforge.core.layout import Layout
 from corpusforge.corpora.document_files import iter_rows
 from corpusforge.pipeline.documents_io import output_files
-from corpusforge.shards.inspect import summarize
+from corpusforge.shards.inspect import sequence_row, summarize
 
 FERTILITY_SAMPLE_BYTES = 2_000_000  # text tokenized per vocabulary for tokens-per-word
+FERTILITY_BATCH = 256  # paragraphs encoded at once
 DUPLICATE_REASONS = ("duplicate", "near_duplicate")  # their ``detail`` is the id of the document kept
 STYLE = """
 body{font:15px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
@@ -186,6 +187,7 @@ def _vocabularies(layout: Layout, manifest: dict) -> str:
         rows.append(
             [kind, _cell(wanted, f"config.vocab.{key}") if wanted else "-", f"{reached:,}", note, f"{_fertility(tokenizer, layout):.3f}"]
         )
+        del tokenizer  # one vocabulary loaded at a time
     if not rows:
         return ""
     return _section(
@@ -201,7 +203,9 @@ def _fertility(tokenizer: Any, layout: Layout) -> float:
     for text in _text_sample(output_files(layout.documents), FERTILITY_SAMPLE_BYTES):
         paragraphs = text.split("\n\n")
         words += sum(len(paragraph.split()) for paragraph in paragraphs)
-        tokens += sum(len(encoding) for encoding in tokenizer.encode_batch_fast(paragraphs, add_special_tokens=False))
+        for first in range(0, len(paragraphs), FERTILITY_BATCH):  # encodings of a batch at a time
+            batch = paragraphs[first : first + FERTILITY_BATCH]
+            tokens += sum(len(encoding) for encoding in tokenizer.encode_batch_fast(batch, add_special_tokens=False))
     return tokens / words if words else 0.0
 
 
@@ -219,7 +223,7 @@ def _shards(directory: str, task: str) -> str:
         ("shards", _cell(summary["shards"], f"shards.{task}.shards")),
         ("examples", _cell(summary["examples"], f"shards.{task}.totals.examples")),
         ("tokens", _cell(summary["tokens"], f"shards.{task}.totals.tokens")),
-        ("sequence length", f"{summary['sequence_length']:,}"),
+        sequence_row(summary),
         ("mean length", f"{summary['mean_length']:.1f}"),
         ("padding", f"{summary['padding_fraction']:.2%}"),
     ]

@@ -1,4 +1,4 @@
-"""``shards`` commands: inspect a shard directory, verify it before training (exit code 1 on a problem).
+"""``shards`` commands: inspect a shard directory, verify it before training (exit code 1 on a problem, 2 on a path that is not there).
 
 Both only read: the histogram PNG is written only where ``--plot PATH`` says, never into the shards.
 """
@@ -16,11 +16,19 @@ from corpusforge.core.layout import Layout
 from corpusforge.shards.format import MANIFEST_NAME
 from corpusforge.shards.inspect import SAMPLE, render_example, render_summary, summarize, write_length_histogram
 from corpusforge.shards.reader import ShardError
-from corpusforge.shards.verify import verify
+from corpusforge.shards.verify import verify, what_verify_checks
 
 app = typer.Typer(help="Inspect and verify Arrow shard directories.", no_args_is_help=True, rich_markup_mode=None)
 VOCAB_HELP = "vocabulary directory or tokenizer.json, when the shards were moved without the one their manifest names"
 LOAD_HINT = 'load with datasets: load_dataset("arrow", data_dir="{directory}", split="train")'
+
+
+def exit_if_missing(directory: str) -> None:
+    """A mistyped path is a usage error: one ``error:`` line and exit 2, as every corpusforge command does."""
+    if storage.is_dir(directory) or storage.is_file(storage.join(directory, MANIFEST_NAME)):
+        return
+    typer.echo(f"error: {directory}: {'not a directory' if storage.exists(directory) else 'no such directory'}", err=True)
+    raise typer.Exit(2)
 
 
 def not_shards_hint(directory: str) -> str | None:
@@ -48,6 +56,7 @@ def inspect_command(
 ) -> None:
     """Summary figures, the sequence-length histogram and decoded examples; changes nothing on disk unless --plot."""
     console = Console(highlight=False, soft_wrap=True)
+    exit_if_missing(directory)
     hint = not_shards_hint(directory)
     if hint:
         typer.echo(f"error: {hint}", err=True)
@@ -78,6 +87,7 @@ def verify_command(
     vocab: Annotated[Optional[str], typer.Option("--vocab", help=VOCAB_HELP)] = None,
 ) -> None:
     """Check every checksum, schema, count and file; print each problem and exit 1 if there is any."""
+    exit_if_missing(directory)
     hint = not_shards_hint(directory)
     problems = [hint] if hint else verify(directory, progress=True, vocab=vocab)
     for problem in problems:
@@ -85,4 +95,5 @@ def verify_command(
     if problems:
         typer.echo(f"{len(problems)} problem(s) in {directory}", err=True)
         raise typer.Exit(1)
+    typer.echo(f"checked {what_verify_checks(directory, vocab=vocab)}")
     typer.echo(f"{directory}: OK")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import io
 import os
+from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -25,62 +27,79 @@ SAMPLE = 200_000
 HISTOGRAM_BINS = 16
 
 
+CHUNK = 8_192  # examples summed at a time: the summary's memory is one chunk's columns, whatever the sample
+
+
 def summarize(directory: storage.PathLike, *, sample: int = SAMPLE) -> dict[str, Any]:
     manifest = read_manifest(directory)
-    columns = _sampled_columns(manifest, sample)
-    lengths = columns["length"].astype(np.int64)
     width = manifest.arrow_schema().field("input_ids").type.list_size
-    counts, edges = np.histogram(lengths, bins=HISTOGRAM_BINS, range=(0, width))
+    edges = np.histogram_bin_edges([], bins=HISTOGRAM_BINS, range=(0, width))
+    sums: Counter[str] = Counter()
+    counts = np.zeros(HISTOGRAM_BINS, dtype=np.int64)
+    for columns in _sampled_chunks(manifest, sample):
+        lengths = columns["length"].astype(np.int64)
+        counts += np.histogram(lengths, bins=edges)[0]
+        sums.update(examples=len(lengths), real=int(lengths.sum()), partial=int((lengths < width).sum()))
+        if manifest.task == "bert":
+            sums.update(_bert_counts(columns, manifest.vocab.special_ids["mask"]))
+    examples, real = sums["examples"], sums["real"]
     summary: dict[str, Any] = {
         "task": manifest.task,
         "shards": len(manifest.shards),
         "examples": manifest.examples,
         "tokens": manifest.tokens,
-        "sampled_examples": len(lengths),
-        "sampled": len(lengths) < manifest.examples,
+        "sampled_examples": examples,
+        "sampled": examples < manifest.examples,
         "sequence_length": width,
-        "mean_length": _ratio(lengths.sum(), len(lengths)),
-        "padding_fraction": _ratio(len(lengths) * width - lengths.sum(), len(lengths) * width),
+        "mean_length": _ratio(real, examples),
+        "padding_fraction": _ratio(examples * width - real, examples * width),
         "length_histogram": {"edges": edges.tolist(), "counts": counts.tolist()},
         "vocab": manifest.vocab.model_dump(include={"kind", "path", "size", "sha256"}),
     }
     if manifest.task == "bert":
-        summary.update(_bert_figures(columns, lengths, manifest.vocab.special_ids["mask"]))
+        predictions = sums["predictions"]
+        summary.update(
+            {
+                "predictions": predictions,
+                "predictions_per_example": _ratio(predictions, examples),
+                "masked_fraction": _ratio(predictions, real),
+                "mask_token_fraction": _ratio(sums["mask"], predictions),
+                "random_token_fraction": _ratio(sums["random"], predictions),
+                "unchanged_fraction": _ratio(sums["unchanged"], predictions),
+                "nsp_random_next_fraction": _ratio(sums["random_next"], examples),
+            }
+        )
     else:
-        summary.update({"windows": manifest.examples, "partial_windows": int((lengths < width).sum())})
+        summary.update({"windows": manifest.examples, "partial_windows": sums["partial"]})
     return summary
 
 
-def _sampled_columns(manifest: Manifest, sample: int) -> dict[str, np.ndarray]:
-    """The first ``sample`` examples' columns, read shard by shard (views where possible)."""
-    parts: dict[str, list[np.ndarray]] = {}
+def _sampled_chunks(manifest: Manifest, sample: int) -> Iterator[dict[str, np.ndarray]]:
+    """The first ``sample`` examples' columns, ``CHUNK`` examples at a time (views into each shard)."""
     remaining = sample
     for entry in manifest.shards:
         if remaining <= 0:
-            break
+            return
         table = open_cached(manifest, entry).slice(0, remaining)
-        for name in table.column_names:
-            parts.setdefault(name, []).append(column_view(table, name))
+        columns = {name: column_view(table, name) for name in table.column_names}
+        for first in range(0, table.num_rows, CHUNK):
+            yield {name: column[first : first + CHUNK] for name, column in columns.items()}
         remaining -= table.num_rows
-    return {name: np.concatenate(arrays) for name, arrays in parts.items()}
+        del table, columns  # one shard open at a time
 
 
-def _bert_figures(columns: dict[str, np.ndarray], lengths: np.ndarray, mask_id: int) -> dict[str, Any]:
-    """Masking figures as create_pretraining_data.py intends: 80% [MASK], 10% random, 10% unchanged."""
+def _bert_counts(columns: dict[str, np.ndarray], mask_id: int) -> dict[str, int]:
+    """Masking counts as create_pretraining_data.py intends: 80% [MASK], 10% random, 10% unchanged."""
     real = columns["masked_lm_weights"] > 0
     positions = columns["masked_lm_positions"].astype(np.int64)
     shown = np.take_along_axis(columns["input_ids"], positions, axis=1)[real]
     original = columns["masked_lm_ids"][real]
-    predictions = int(real.sum())
-    labels = columns["next_sentence_label"]
     return {
-        "predictions": predictions,
-        "predictions_per_example": _ratio(predictions, len(lengths)),
-        "masked_fraction": _ratio(predictions, lengths.sum()),
-        "mask_token_fraction": _ratio((shown == mask_id).sum(), predictions),
-        "random_token_fraction": _ratio(((shown != mask_id) & (shown != original)).sum(), predictions),
-        "unchanged_fraction": _ratio(((shown != mask_id) & (shown == original)).sum(), predictions),
-        "nsp_random_next_fraction": _ratio((labels == 1).sum(), len(labels)),
+        "predictions": int(real.sum()),
+        "mask": int((shown == mask_id).sum()),
+        "random": int(((shown != mask_id) & (shown != original)).sum()),
+        "unchanged": int(((shown != mask_id) & (shown == original)).sum()),
+        "random_next": int((columns["next_sentence_label"] == 1).sum()),
     }
 
 
@@ -98,7 +117,7 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         ("tokens", f"{summary['tokens']:,}"),
     ]
     rows += [
-        ("sequence length", str(summary["sequence_length"])),
+        sequence_row(summary),
         ("mean length", f"{summary['mean_length']:.1f}"),
         ("padding", f"{summary['padding_fraction']:.2%}"),
     ]
@@ -121,6 +140,14 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     if summary["sampled"]:
         console.print(f"statistics from the first {summary['sampled_examples']:,} of {summary['examples']:,} examples (sampled)")
     console.print(length_histogram_text(summary["length_histogram"]))
+
+
+def sequence_row(summary: dict[str, Any]) -> tuple[str, str]:
+    """The examples' width: a GPT window holds seq_len + 1 tokens, so inputs and their shifted targets come from one window."""
+    width = summary["sequence_length"]
+    if summary["task"] == "gpt":
+        return "window", f"{width:,} tokens ({width - 1:,} inputs + 1 shifted target)"
+    return "sequence length", f"{width:,}"
 
 
 def length_histogram_text(histogram: dict[str, list], width: int = 40) -> str:

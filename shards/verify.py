@@ -52,6 +52,20 @@ def verify(
     return problems
 
 
+def what_verify_checks(directory: storage.PathLike, *, vocab: storage.PathLike | None = None) -> str:
+    """What ``verify`` found sound in ``directory``, in one line, so that an OK says what it stands for."""
+    manifest = read_manifest(os.fspath(directory), vocab=vocab)
+    width = manifest.arrow_schema().field("input_ids").type.list_size
+    bert = "; BERT segment lengths, masked positions and weights, NSP labels" if manifest.task == "bert" else ""
+    vocab_sha = "sha256 and " if manifest.vocab.sha256 else ""
+    return (
+        f"{len(manifest.shards):,} shards, {manifest.examples:,} examples, {manifest.tokens:,} tokens: "
+        "every listed file present and named in order, no stray, half-written or spill files; "
+        f"sizes and sha256 match the manifest; Arrow schema, example and token counts, no nulls, lengths within 1..{width}{bert}; "
+        f"totals; vocabulary {vocab_sha}id type"
+    )
+
+
 def _check_files(manifest: Manifest) -> list[str]:
     problems = []
     root = manifest.root

@@ -123,19 +123,20 @@ def _copy_sorted(paths: Sequence[str], first: int, rows: int, schema: pa.Schema,
     Only the keys are sorted; each spill file is then memory-mapped in turn and its rows in the
     range scattered straight to their places, so a bucket costs its keys plus one spill file.
     """
-    keys = np.concatenate([_open_spill(path, schema).column(KEY).to_numpy() for path in paths])
-    if len(keys) < first + rows:
-        raise ValueError(f"{storage.parent(paths[0])}: {len(keys)} examples in the spill files, the cut needs {first + rows}")
-    destination = np.empty(len(keys), dtype=np.int64)
-    destination[np.argsort(keys, kind="stable")] = np.arange(len(keys)) - first
-    start = 0
-    for path in paths:
-        batch = _open_spill(path, schema)
-        places = destination[start : start + batch.num_rows]
-        taken = np.flatnonzero((places >= 0) & (places < rows))
-        for name, column in columns.items():
-            column[at + places[taken]] = _column_view(batch.column(name))[taken]
-        start += batch.num_rows
+    with storage.local_copies(paths) as local:  # read twice below: from a store, downloaded once
+        keys = np.concatenate([_open_spill(path, schema).column(KEY).to_numpy() for path in local])
+        if len(keys) < first + rows:
+            raise ValueError(f"{storage.parent(paths[0])}: {len(keys)} examples in the spill files, the cut needs {first + rows}")
+        destination = np.empty(len(keys), dtype=np.int64)
+        destination[np.argsort(keys, kind="stable")] = np.arange(len(keys)) - first
+        start = 0
+        for path in local:
+            batch = _open_spill(path, schema)
+            places = destination[start : start + batch.num_rows]
+            taken = np.flatnonzero((places >= 0) & (places < rows))
+            for name, column in columns.items():
+                column[at + places[taken]] = _column_view(batch.column(name))[taken]
+            start += batch.num_rows
 
 
 def _open_spill(path: str, schema: pa.Schema | None = None) -> pa.RecordBatch:
@@ -242,8 +243,7 @@ def write_shards(
         for index, size in enumerate(sizes):
             table = pa.Table.from_batches([next(pending)]) if size else schema.empty_table()
             path = storage.join(out_dir, SHARD_PATTERN.format(index=index, count=len(sizes)))
-            write_ipc(path, table, codec)
-            entries.append(_shard_entry(path, table))
+            entries.append(_write_shard_file(path, table, codec))
             progress.update(table.num_rows)
             del table  # before the next shard is filled: one shard in memory at a time
     if next(pending, None) is not None:
@@ -299,8 +299,7 @@ def write_shard(path: str, pieces: Sequence[tuple[Sequence[str], int, int]], sch
         _copy_sorted(paths, first, rows, schema, columns, at)
         at += rows
     table = pa.Table.from_batches([record_batch(schema, columns)]) if size else schema.empty_table()
-    write_ipc(path, table, compression)
-    return _shard_entry(path, table)
+    return _write_shard_file(path, table, compression)
 
 
 @dataclass(frozen=True)
@@ -388,14 +387,19 @@ def _cut_in_processes(jobs: list[ShardJob], workers: int) -> list[dict]:
             return [future.result() for future in futures]
 
 
-def _shard_entry(path: str, table: pa.Table) -> dict:
-    return {
-        "file": storage.name(path),
-        "examples": table.num_rows,
-        "tokens": int(np.sum(table.column("length").to_numpy(), dtype=np.int64)),
-        "bytes": storage.size(path),
-        "sha256": storage.sha256(path),
-    }
+def _write_shard_file(path: str, table: pa.Table, compression: str | None) -> dict:
+    """Write one shard and return its manifest entry. Size and sha256 are taken from the finished local
+    file before it is published: on an object store the shard is not downloaded again to be hashed."""
+    with storage.local_output(path) as local:
+        write_ipc(local, table, compression)
+        entry = {
+            "file": storage.name(path),
+            "examples": table.num_rows,
+            "tokens": int(np.sum(table.column("length").to_numpy(), dtype=np.int64)),
+            "bytes": storage.size(local),
+            "sha256": storage.sha256(local),
+        }
+    return entry
 
 
 def _write_manifest(out_dir: str, manifest: dict, entries: list[dict]) -> dict:

@@ -41,6 +41,16 @@ def test_write_list_read_remove_on_local_and_s3(root: str) -> None:
     assert [storage.name(p) for p in storage.files_under(root)] == ["three.txt"] and not storage.exists(storage.join(root, "a"))
 
 
+def test_local_copies_are_local_files_with_the_same_bytes_and_are_removed_after(root: str) -> None:
+    paths = [storage.join(root, name) for name in ("x.arrow", "y.arrow")]
+    for index, path in enumerate(paths):
+        storage.write_bytes(path, bytes([index]) * 1000)
+    with storage.local_copies(paths) as local:
+        assert [Path(p).read_bytes() for p in local] == [b"\x00" * 1000, b"\x01" * 1000]
+        assert (local == paths) == storage.is_local(root)  # local files are read in place
+    assert all(Path(p).exists() == storage.is_local(root) for p in local)  # downloads are gone
+
+
 def test_a_failed_write_leaves_nothing(root: str) -> None:
     target = storage.join(root, "half.bin")
     with pytest.raises(RuntimeError):
