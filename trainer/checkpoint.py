@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load, load_file, save_file
+from safetensors.torch import load, load_file, save
 from tokenizers import Tokenizer
 from torch import nn
 
@@ -76,7 +76,7 @@ def save_checkpoint(
     with storage.local_output(directory) as tmp:
         storage.makedirs(tmp)
         weights = {name: t.detach().contiguous().cpu() for name, t in unwrap(model).state_dict().items()}
-        save_file(weights, os.path.join(tmp, WEIGHTS_NAME), metadata={"format": "pt"})
+        write_weights(os.path.join(tmp, WEIGHTS_NAME), weights)
         torch.save(optimizer.state_dict(), os.path.join(tmp, OPTIMIZER_NAME))
         files = {name: storage.sha256(os.path.join(tmp, name)) for name in (WEIGHTS_NAME, OPTIMIZER_NAME)}
         full_state = {**state, "scheduler": _json_safe(scheduler.state_dict()), "files": files}
@@ -87,6 +87,12 @@ def save_checkpoint(
     if old is not None:
         storage.remove_tree(old)
     return directory
+
+
+def write_weights(path: storage.PathLike, tensors: dict[str, torch.Tensor]) -> None:
+    """A safetensors file written through ``storage``, so it gets the usual umask mode (0644 under umask 022):
+    safetensors' own ``save_file`` renames a temporary made 0600 into place, unreadable to colleagues."""
+    storage.write_bytes(path, save(tensors, metadata={"format": "pt"}))
 
 
 def prune_checkpoints(run_dir: storage.PathLike, keep: int) -> list[str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from pydantic import ValidationError
@@ -163,7 +163,7 @@ def finetune_command(
     ] = False,
     device: Annotated[Optional[str], typer.Option(help="cuda or cpu (default: cuda when available)")] = None,
 ) -> None:
-    """Fine-tune a BERT checkpoint on a GLUE task; prints and writes the dev metric (OUT/results.json)."""
+    """Fine-tune a BERT checkpoint on a GLUE task; prints and writes the dev metric beside the majority-class baseline (OUT/results.json)."""
     from corpusforge.trainer.finetune import finetune
 
     try:
@@ -182,8 +182,22 @@ def finetune_command(
         fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()))
     except (ValueError, FileNotFoundError) as error:
         fail(str(error))
+    for line in describe_finetune(results, storage.join(out, "results.json")):
+        typer.echo(line)
+
+
+def describe_finetune(results: dict[str, Any], path: str) -> list[str]:
+    """The dev figures beside those of always answering the commoner label, and a plain verdict when they are no better."""
+    baseline, metric = results["majority_baseline"], results["metric"]
     figures = ", ".join(f"{k} {v:.4f}" for k, v in results["dev_metrics"].items())
-    typer.echo(f"{results['task']} dev ({results['dev_examples']} examples): {figures}; written to {storage.join(out, 'results.json')}")
+    trivial = ", ".join(f"{k} {v:.4f}" for k, v in baseline.items() if k != "label")
+    lines = [f"{results['task']} dev ({results['dev_examples']} examples): {figures}; majority-class baseline {trivial}; written to {path}"]
+    if results["dev"] <= baseline[metric]:
+        lines.append(
+            f"dev {metric} {results['dev']:.4f} is not above the majority-class baseline {baseline[metric]:.4f} "
+            f"(always predicting label {baseline['label']}): the model has learnt nothing yet (more pre-training/fine-tuning steps)"
+        )
+    return lines
 
 
 @app.command("generate")
@@ -196,7 +210,7 @@ def generate_command(
     seed: Annotated[int, typer.Option(help="same seed, same continuation")] = 0,
     device: Annotated[Optional[str], typer.Option(help="cuda or cpu (default: cuda when available)")] = None,
 ) -> None:
-    """Print a sampled continuation of the prompt from a GPT checkpoint."""
+    """Print the prompt followed by a continuation sampled from a GPT checkpoint."""
     from corpusforge.trainer.generate import generate
 
     try:

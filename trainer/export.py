@@ -16,11 +16,10 @@ import json
 import os
 
 import torch
-from safetensors.torch import save_file
 from transformers import BertConfig, GPT2Config
 
 from corpusforge.core import storage
-from corpusforge.trainer.checkpoint import WEIGHTS_NAME, read_state, read_weights, resolve_checkpoint, run_tokenizer
+from corpusforge.trainer.checkpoint import WEIGHTS_NAME, read_state, read_weights, resolve_checkpoint, run_tokenizer, write_weights
 from corpusforge.trainer.models import ModelConfig
 
 BERT_TOKENS = {"pad": "pad_token", "unk": "unk_token", "cls": "cls_token", "sep": "sep_token", "mask": "mask_token"}
@@ -193,7 +192,7 @@ def export_hf(checkpoint: storage.PathLike, out_dir: storage.PathLike, force: bo
 
     with storage.local_output(out_dir) as tmp:
         storage.makedirs(tmp)
-        save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+        write_weights(os.path.join(tmp, "model.safetensors"), tensors)
         hf_config(cfg, state["vocab"]["special_ids"]).save_pretrained(tmp)
         save_tokenizer(state["vocab"], cfg.family, tmp, cfg.max_positions)
         files = [storage.name(p) for p in storage.listdir(tmp)]

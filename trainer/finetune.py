@@ -5,7 +5,8 @@ classifier on the pooled [CLS] vector (dropout 0.1), AdamW with weight decay 0.0
 default, linear warmup over 10% of the steps then linear decay to 0, batch 32, 3 epochs. The dev
 metric is computed after every epoch; ``dev`` in results.json is the last epoch's (no choosing the
 best epoch on the dev set it is reported on). ``random_init`` keeps architecture and vocabulary but
-not the weights: the baseline that shows what pre-training bought.
+not the weights: the baseline that shows what pre-training bought. ``majority_baseline`` in results.json
+is the floor below both: the dev metrics of always answering the dev set's commoner label.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from corpusforge.core import storage
 from corpusforge.core.config import FinetuneConfig
 from corpusforge.trainer.checkpoint import WEIGHTS_NAME, load_weights, read_state, resolve_checkpoint, run_tokenizer
 from corpusforge.trainer.device import autocast, pick_device
-from corpusforge.trainer.glue import Example, encode, get_task, load_task, score, subset
+from corpusforge.trainer.glue import Example, encode, get_task, load_task, majority_baseline, score, subset
 from corpusforge.trainer.models import Bert, ModelConfig
 from corpusforge.trainer.optim import Recipe, make_optimizer, make_scheduler
 
@@ -115,6 +116,7 @@ def finetune(
         "metric": task.metric,
         "dev": epochs[-1][task.metric],
         "dev_metrics": {k: v for k, v in epochs[-1].items() if k not in ("epoch", "train_loss")},
+        "majority_baseline": majority_baseline(task, [e.label for e in dev_examples]),
         "epochs": epochs,
         "train_examples": len(train_examples),
         "dev_examples": len(dev_examples),

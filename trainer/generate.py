@@ -8,6 +8,8 @@ sampling stops early at the end-of-text token.
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from corpusforge.core import storage
@@ -70,11 +72,19 @@ def generate(
     seed: int = 0,
     device: str | None = None,
 ) -> str:
-    """The continuation of ``prompt`` (without the prompt) as text."""
+    """``prompt`` as typed, then its sampled continuation, without blank lines before or after.
+
+    The continuation alone reads as a fragment: a prompt without a trailing space is continued inside
+    its last word. (Decoding the new tokens apart from the prompt's is exact: the prompt ends on a whole character.)"""
     model, state = load_gpt(checkpoint, pick_device(device))
     tokenizer = run_tokenizer(state["vocab"])
     ids = tokenizer.encode(prompt, add_special_tokens=False).ids
     if not ids:
         ids = [state["vocab"]["special_ids"]["eot"]]  # an empty prompt starts a new document
     new = sample(model, ids, max_new_tokens, temperature=temperature, top_k=top_k, seed=seed, stop=state["vocab"]["special_ids"].get("eot"))
-    return tokenizer.decode(new)
+    return trim_blank_lines(prompt + tokenizer.decode(new))
+
+
+def trim_blank_lines(text: str) -> str:
+    """``text`` without its leading blank lines and trailing whitespace (a sample often ends in newlines)."""
+    return re.sub(r"\A(?:[^\S\n]*\n)+", "", text).rstrip()

@@ -1,9 +1,9 @@
 """The training loop: stream shards, accumulate to the global batch, step, log, checkpoint, evaluate.
 
 ``train`` reads top to bottom: ``prepare`` (``trainer.prepare``: shards, split, model, optimizer,
-resume), ``run_steps`` (the step loop: ``train_step``, interval logging, held-out evaluation every
-``train.eval_every`` steps, checkpoints) and the final evaluation (``trainer.evaluate``) into
-eval.json. Random state is a pure function of (seed, rank, optimizer step), so a resumed run is
+resume), a header of what is about to train (``describe_start``), ``run_steps`` (the step loop:
+``train_step``, interval logging, held-out evaluation every ``train.eval_every`` steps, printed and
+logged, checkpoints) and the final evaluation (``trainer.evaluate``) into eval.json. Random state is a pure function of (seed, rank, optimizer step), so a resumed run is
 bit-identical on CPU to one that never stopped. SIGINT/SIGTERM finish the current step, write a
 checkpoint and raise KeyboardInterrupt (``trainer.signals``).
 """
@@ -29,9 +29,10 @@ from corpusforge.trainer.checkpoint import checkpoint_dir, prune_checkpoints, sa
 from corpusforge.trainer.data import Batch, DataWaitTimer, to_model_inputs
 from corpusforge.trainer.device import autocast
 from corpusforge.trainer.distributed import init_world
-from corpusforge.trainer.evaluate import describe_eval, evaluate
+from corpusforge.trainer.evaluate import describe_eval, evaluate, figures
 from corpusforge.trainer.interval import Interval, interval_record, tokens_per_step
 from corpusforge.trainer.metrics import MetricsLog, plot_curves
+from corpusforge.trainer.models import count_params
 from corpusforge.trainer.objective import batch_sums, forward
 from corpusforge.trainer.prepare import Run, prepare
 from corpusforge.trainer.signals import StopRequest, stop_requested, stop_signals
@@ -56,6 +57,8 @@ def train(
     """
     world = init_world(device)
     run = prepare(cfg, os.fspath(shards), os.fspath(run_dir), eval_shards, resume, world, progress)
+    if world.main:
+        tqdm.write(describe_start(run))
     log = MetricsLog(run.run_dir, enabled=world.main)
     try:
         with stop_signals() as stop:
@@ -100,7 +103,10 @@ def run_steps(run: Run, log: MetricsLog, stop: StopRequest, progress: bool) -> d
             timer.reset()
         if cfg.eval_every and done % cfg.eval_every == 0 and done != cfg.steps and run.held_out is not None:
             interval.pause()
-            log.log(done, evaluate(unwrap(run.model), run.held_out, cfg, world, run.stream.manifest.vocab.sha256), prefix="held_out")
+            held_out = evaluate(unwrap(run.model), run.held_out, cfg, world, run.stream.manifest.vocab.sha256)
+            log.log(done, held_out, prefix="held_out")
+            if world.main:
+                tqdm.write(f"step {done}  held-out {figures(held_out, '  ')}")
             interval.resume()
         interrupted = stop_requested(stop, world)
         if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or done == cfg.steps or interrupted:
@@ -175,6 +181,27 @@ def final_evaluation(run: Run, log: MetricsLog) -> dict[str, Any]:
         tqdm.write(describe_eval(results))
         storage.write_json(storage.join(run.run_dir, "eval.json"), results)
     return results
+
+
+def describe_start(run: Run) -> str:
+    """The header printed before the first step: what trains, where, on how much data, for how long."""
+    cfg, world = run.cfg, run.world
+    train_lo, train_hi = run.split["train"]
+    held_lo, held_hi = run.held_out.example_range if run.held_out is not None else (0, 0)
+    examples_per_step = cfg.batch_size * run.accum * world.size
+    epochs = cfg.steps * examples_per_step / max(train_hi - train_lo, 1)
+    device = [str(world.device) + (f" ({torch.cuda.get_device_name(world.device)})" if world.device.type == "cuda" else "")]
+    device += [f"torch threads {torch.get_num_threads()}"] + ([f"{world.size} processes"] if world.size > 1 else [])
+    resuming = f", resuming after step {run.start_step}" if run.start_step else ""
+    return "\n".join(
+        [
+            f"model     {cfg.model}, {count_params(unwrap(run.model), non_embedding=False):,} parameters",
+            f"device    {', '.join(device)}",
+            f"examples  {train_hi - train_lo:,} training, {held_hi - held_lo:,} held out",
+            f"steps     {cfg.steps:,} x {tokens_per_step(run):,} tokens ({examples_per_step:,} examples x {run.seq_len} tokens), "
+            f"{epochs:.2f} epochs{resuming}",
+        ]
+    )
 
 
 def describe_run(summary: dict[str, Any], results: dict[str, Any], checkpoint: str) -> str:
