@@ -6,6 +6,7 @@ Relative paths in a configuration file are resolved against that file's director
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -341,8 +342,9 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> None:
 
 
 def _against(base: Path, value: str) -> str:
-    """A relative local path joined to the configuration's folder; absolute paths and URIs as given."""
-    return value if "://" in value else str(base / value)
+    """A relative local path joined to the configuration's folder, ``..`` folded (``configs/../samples``
+    reads as ``samples``); URIs as given."""
+    return value if "://" in value else os.path.normpath(base / value)
 
 
 def load_config(path: Path | None, overrides: list[str] | None = None) -> Config:

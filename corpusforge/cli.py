@@ -15,7 +15,9 @@ from rich.markup import escape
 
 from corpusforge import __version__, progress
 from corpusforge.config_reference import explain_error, format_value, keys, reference_markdown
+from corpusforge.core import storage
 from corpusforge.core.config import Config, load_config
+from corpusforge.core.layout import Layout
 from corpusforge.corpora.document import InputFormatError
 
 # Beam's optional GCP modules announce at import that they are not installed; nothing here uses them.
@@ -65,14 +67,11 @@ def main(
 
 
 def resolve_config(path: Optional[Path], overrides: list[str]) -> Config:
-    """The configuration ``build`` would run, or one line saying which flag or file is wrong."""
-    from corpusforge.stages import check_stage_names
-
+    """The configuration ``build`` would run, or one line saying which flag or file is wrong. Light: the
+    stage names are checked by ``check_stages``, which imports Beam."""
     path = path or DEMO_CONFIG
     try:
-        cfg = load_config(path, overrides)
-        check_stage_names(cfg)
-        return cfg
+        return load_config(path, overrides)
     except ValidationError as error:
         fail(explain_error(error, overrides, path))
     except tomllib.TOMLDecodeError as error:
@@ -83,12 +82,45 @@ def resolve_config(path: Optional[Path], overrides: list[str]) -> Config:
         fail(f"{path}: {error.strerror or type(error).__name__}")
 
 
+def check_stages(cfg: Config) -> None:
+    """One line for a stage ``run.stages`` names that no declaration knows (the declarations import Beam)."""
+    from corpusforge.stages import check_stage_names
+
+    try:
+        check_stage_names(cfg)
+    except ValueError as error:
+        fail(str(error))
+
+
+def source_inputs(cfg: Config) -> list[tuple[str, str]]:
+    """(source, path) for every input path that the sources ``run.stages`` names read; webtext's capture
+    folder only offline (online the stage makes it)."""
+    offline_captures = [cfg.webtext.warc_dir] if cfg.webtext.offline and cfg.webtext.warc_dir else []
+    paths = {
+        "books": cfg.books.paths,
+        "wikipedia": [*cfg.wikipedia.paths, *cfg.wikipedia.index_paths],
+        "webtext": [*cfg.webtext.dumps, *offline_captures],
+        "records": cfg.records.paths,
+    }
+    return [(source, path) for source, listed in paths.items() if source in cfg.run.stages for path in listed]
+
+
+def check_inputs(cfg: Config) -> None:
+    """One line for the first input path that is missing or an empty folder: before Beam is imported and
+    before the output folder is made, so a typo costs a second and leaves nothing behind."""
+    for source, path in source_inputs(cfg):
+        if not storage.exists(path):
+            fail(f"{source} path does not exist: {path}")
+        if storage.is_dir(path) and not storage.listdir(path):
+            fail(f"{source} folder is empty: {path}")
+
+
 @app.command()
 def build(
     config: Optional[Path] = typer.Argument(None, help=CONFIG_HELP, show_default=False),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP, show_default=False),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show INFO lines of every library (Beam's own included)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Errors only: no stage lines and no summary."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Errors, and at the end where the outputs are: no stage lines and no summary."),
     force: bool = typer.Option(False, "--force", help="Run every requested stage, even those whose earlier outputs still match."),
 ) -> None:
     """Run the stages the configuration asks for, then print a summary and write OUT/report.html.
@@ -98,6 +130,8 @@ def build(
     """
     progress.configure_logging(-1 if quiet else int(verbose))
     cfg = resolve_config(config, set_)
+    check_inputs(cfg)
+    check_stages(cfg)
     from corpusforge.build import run_build
     from corpusforge.report import print_build_summary
 
@@ -109,8 +143,18 @@ def build(
         if message is None:
             raise
         fail(message)
-    if not quiet:
+    if quiet:
+        print_outputs(result.output_dir)
+    else:
         print_build_summary(console, result)
+
+
+def print_outputs(output_dir: str) -> None:
+    """All that -q prints of a build that worked: where its outputs are."""
+    layout = Layout.at(output_dir)
+    typer.echo(f"outputs in {layout.out}")
+    if storage.is_file(layout.report):
+        typer.echo(f"report: {layout.report}")
 
 
 @config_app.command("show")
@@ -120,6 +164,7 @@ def config_show(
 ) -> None:
     """Print the resolved configuration as TOML: every key, its value and what it means."""
     cfg = resolve_config(config, set_)
+    check_stages(cfg)
     section = None
     for key in keys(cfg):
         head, leaf = key.name.rsplit(".", 1)

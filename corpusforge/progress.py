@@ -217,8 +217,20 @@ def display(console: Console, *, live: bool | None = None, interval_s: float = 3
         _reporter = previous
 
 
+# What Beam's worker processes warn about at start-up, relayed by the launcher once per worker and job:
+# options and GCP modules the local runner does not use, nothing about the build.
+BEAM_START_UP = ("No semi_persistent_directory found", "Discarding unparseable args", "apitools not found")
+
+
+def not_beam_start_up(record: logging.LogRecord) -> bool:
+    """A logging filter: False for Beam's start-up chatter, True for every other record."""
+    message = record.getMessage()
+    return not any(chatter in message for chatter in BEAM_START_UP)
+
+
 def configure_logging(verbosity: int) -> None:
-    """-q: errors only; default: warnings plus the stage lines; -v: INFO everywhere (Beam's own lines too).
+    """-q: errors only; default: warnings plus the stage lines, without Beam's start-up chatter; -v: INFO
+    everywhere (Beam's own lines and its chatter too).
 
     ``force``: importing Beam calls ``logging.warning`` at module level, which installs a root handler
     first and would make a plain ``basicConfig`` a no-op.
@@ -226,3 +238,6 @@ def configure_logging(verbosity: int) -> None:
     level = logging.ERROR if verbosity < 0 else logging.INFO if verbosity > 0 else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S", force=True)
     log.setLevel(logging.INFO if verbosity >= 0 else logging.ERROR)
+    if verbosity <= 0:
+        for handler in logging.getLogger().handlers:  # a handler's filter sees the records of every logger below it
+            handler.addFilter(not_beam_start_up)

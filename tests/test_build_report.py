@@ -132,10 +132,13 @@ def test_report_shows_vocabulary_shortfall_and_duplicate_clusters(demo_build):
     assert row and (int(row[1].replace(",", "")), int(row[2].replace(",", ""))) == (clusters, near.num_rows)
 
 
-def test_quiet_prints_nothing_and_verbose_shows_library_lines(tmp_path):
+def test_quiet_prints_where_the_outputs_are_and_verbose_shows_library_lines(tmp_path):
     stages = '["books", "clean", "documents"]'
     quiet = _build(tmp_path / "q", "-q", stages=stages)
-    assert quiet.exit_code == 0 and quiet.output == ""
+    assert quiet.exit_code == 0 and quiet.output.splitlines() == [
+        f"outputs in {tmp_path / 'q'}",
+        f"report: {tmp_path / 'q' / 'report.html'}",
+    ]
     assert (tmp_path / "q" / "report.html").is_file()
     verbose = _build(tmp_path / "v", "-v", stages=stages)
     assert verbose.exit_code == 0 and re.search(r"INFO apache_beam[.\w]*: ", verbose.output)
