@@ -268,7 +268,7 @@ def local_output(path: PathLike, suffix: str = "") -> Iterator[str]:
     """
     if is_local(path):
         target = _local(path)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)  # a bare file name: the current folder
         temp = temp_name(target, suffix)
         try:
             yield temp

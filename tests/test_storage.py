@@ -98,3 +98,9 @@ def test_resolve_keeps_uris_and_makes_local_paths_absolute(tmp_path: Path, monke
         tmp_path.resolve()
     )
     assert storage.join("s3://b/run", "documents", "part-0.parquet") == "s3://b/run/documents/part-0.parquet"
+
+
+def test_a_bare_file_name_is_written_in_the_current_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    storage.write_bytes("plain.png", b"png")  # e.g. `shards inspect ... --plot gpt-lengths.png`
+    assert (tmp_path / "plain.png").read_bytes() == b"png"
