@@ -349,8 +349,10 @@ def _live_cpu(pid: int) -> float:
 
 def store_build(corpus: str, out: str, temp: str, env: dict[str, str], log: Path, moto: int, proxy: CountingProxy) -> dict:
     """The full build on a fresh 2-worker cluster; CPU per process group, peak RSS per process, store bytes."""
-    for path in (out, temp):
+    cache = log.with_suffix(".shard-cache")  # the report reads shards behind a URI through this cache: empty, as on a fresh launcher
+    for path in (out, temp, str(cache)):
         storage.remove_tree(path)
+    env = {**env, "CORPUSFORGE_CACHE": str(cache)}
     extra = ["--set", f'run.temp_location="{temp}"', "--set", 'run.runner="DaskRunner"']
     with Cluster(env, log.with_suffix(".cluster.log")) as cluster:
         cmd = command(corpus, out, FULL, *extra, "--set", f'run.beam_args=["--dask_client_address={cluster.address}"]')

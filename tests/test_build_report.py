@@ -97,7 +97,7 @@ def test_report_figures_equal_the_manifests_and_images_are_pngs(demo_build):
     for key, value in figures.items():
         assert value == _lookup(out, manifest, key), key
     images = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,([^"]+)"', page)
-    assert len(images) >= 7  # sources, reasons, lengths, duplicates, bert, gpt, stage times
+    assert len(images) >= 5  # sources + reject reasons, lengths, duplicates, bert + gpt, stage times
     assert all(base64.b64decode(image).startswith(PNG) for image in images)
     assert "<script" not in page and "http" not in page.split("</style>")[0]  # self-contained, no external assets
 
