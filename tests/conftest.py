@@ -29,3 +29,11 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def samples() -> Path:
     return SAMPLES
+
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Name each slow test as it starts: under ``-q`` a Dask or corpus-sized test is otherwise minutes of silence."""
+    reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+    if item.get_closest_marker("slow") and reporter is not None:
+        reporter.write(f"\n[slow test, a minute or more] {item.nodeid} ", flush=True)
