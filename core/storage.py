@@ -463,12 +463,14 @@ def is_inside(path: PathLike, folder: PathLike) -> bool:
 
 def arrow_input_unmapped(path: PathLike) -> Any:
     """A pyarrow input file read with plain reads, never memory-mapped (mapped pages count toward a
-    worker's resident memory): for files read once, a batch or row group at a time."""
+    worker's resident memory): for files read once, a batch or row group at a time. From a store without
+    fsspec's read-ahead (s3fs fetches 50 MB blocks: a footer read cost a whole block)."""
     import pyarrow as pa
 
     if is_local(path):
         return pa.OSFile(_local(path), "rb")
-    return pa.PythonFile(open_file(path, "rb"), mode="r")
+    fs, inner = filesystem(path)  # no read-ahead: each of the reader's ranged reads is one request for exactly its bytes
+    return pa.PythonFile(fs.open(inner, "rb", cache_type="none"), mode="r")
 
 
 @contextmanager

@@ -33,6 +33,7 @@ from corpusforge.shards.inspect import sequence_row, summarize
 
 FERTILITY_SAMPLE_BYTES = 2_000_000  # text tokenized per vocabulary for tokens-per-word
 FERTILITY_BATCH = 256  # paragraphs encoded at once
+SHARD_SAMPLE = 50_000  # examples read per shard folder for its figures: the page is written by the launcher, on a small machine
 DUPLICATE_REASONS = ("duplicate", "near_duplicate")  # their ``detail`` is the id of the document kept
 PAGE_PX = 1100  # the page's width (body max-width): a chart is drawn at it, so the browser shows it unscaled
 DPI = 100
@@ -263,7 +264,7 @@ def _shards(layout: Layout) -> str:
     for stage in EXAMPLE_FORMATS:
         folder = layout.shards(stage.name)
         if storage.is_file(storage.join(folder, "manifest.json")):
-            summaries[stage.name] = summarize(folder)
+            summaries[stage.name] = summarize(folder, sample=SHARD_SAMPLE)
     if not summaries:
         return ""
     tables = "".join(
