@@ -474,13 +474,17 @@ def arrow_input_unmapped(path: PathLike) -> Any:
 
 
 @contextmanager
-def arrow_output(path: PathLike) -> Iterator[Any]:
+def arrow_output(path: PathLike, digest: dict[str, Any] | None = None) -> Iterator[Any]:
     """``writing`` for Arrow and Parquet writers: a pyarrow output stream (native writes locally) whose
-    bytes appear at ``path`` only when the block ends normally."""
+    bytes appear at ``path`` only when the block ends normally. ``digest``, when given, receives the file's
+    ``bytes`` and ``sha256``, taken from the local file before it is published (a store's copy is not read back)."""
     import pyarrow as pa
 
-    with local_output(path) as temp, pa.OSFile(temp, "wb") as sink:  # an object store: uploaded once finished
-        yield sink
+    with local_output(path) as temp:  # an object store: uploaded once finished
+        with pa.OSFile(temp, "wb") as sink:
+            yield sink
+        if digest is not None:
+            digest.update(bytes=os.path.getsize(temp), sha256=sha256(temp))
 
 
 def walk(root: PathLike) -> list[str]:

@@ -27,7 +27,7 @@ import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -39,16 +39,18 @@ from corpusforge.shards.format import MANIFEST_NAME, OLD_SHARD_GLOB, SHARD_PATTE
 KEY = "key"
 
 
-def write_ipc(path: storage.PathLike, table: pa.Table, compression: str | None = None) -> None:
-    """One Arrow IPC stream, one record batch, written under a temporary name then renamed.
+def write_ipc(path: storage.PathLike, table: pa.Table, compression: str | None = None, digest: dict[str, Any] | None = None) -> None:
+    """One Arrow IPC stream, one record batch, written under a temporary name then renamed (``digest``: see
+    ``storage.arrow_output``).
 
     The stream flavour because it is the one ``datasets.Dataset.from_file`` reads; memory-mapped,
     an uncompressed stream is read as zero-copy as an IPC file.
     """
     options = pa.ipc.IpcWriteOptions(compression=compression)
-    with storage.arrow_output(path) as sink, pa.ipc.new_stream(sink, table.schema, options=options) as writer:
-        for batch in table.combine_chunks().to_batches(max_chunksize=max(table.num_rows, 1)):
-            writer.write_batch(batch)
+    with storage.arrow_output(path, digest) as sink:
+        with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+            for batch in table.combine_chunks().to_batches(max_chunksize=max(table.num_rows, 1)):
+                writer.write_batch(batch)
 
 
 def record_batch(schema: pa.Schema, columns: dict[str, np.ndarray]) -> pa.RecordBatch:
@@ -390,16 +392,15 @@ def _cut_in_processes(jobs: list[ShardJob], workers: int) -> list[dict]:
 def _write_shard_file(path: str, table: pa.Table, compression: str | None) -> dict:
     """Write one shard and return its manifest entry. Size and sha256 are taken from the finished local
     file before it is published: on an object store the shard is not downloaded again to be hashed."""
-    with storage.local_output(path) as local:
-        write_ipc(local, table, compression)
-        entry = {
-            "file": storage.name(path),
-            "examples": table.num_rows,
-            "tokens": int(np.sum(table.column("length").to_numpy(), dtype=np.int64)),
-            "bytes": storage.size(local),
-            "sha256": storage.sha256(local),
-        }
-    return entry
+    digest: dict[str, Any] = {}
+    write_ipc(path, table, compression, digest)
+    return {
+        "file": storage.name(path),
+        "examples": table.num_rows,
+        "tokens": int(np.sum(table.column("length").to_numpy(), dtype=np.int64)),
+        "bytes": digest["bytes"],
+        "sha256": digest["sha256"],
+    }
 
 
 def _write_manifest(out_dir: str, manifest: dict, entries: list[dict]) -> dict:
