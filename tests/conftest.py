@@ -31,7 +31,6 @@ def samples() -> Path:
     return SAMPLES
 
 
-
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Name each slow test as it starts: under ``-q`` a Dask or corpus-sized test is otherwise minutes of silence."""
     reporter = item.config.pluginmanager.get_plugin("terminalreporter")

@@ -284,6 +284,7 @@ def parquet_documents(shared_data, tmp_path_factory) -> list[Path]:
     return paths
 
 
+@pytest.mark.slow
 def test_beam_stage_writes_identical_shards_on_every_runner(parquet_documents, vocab_dir, tmp_path):
     from dask.distributed import Client, LocalCluster
 

@@ -88,6 +88,7 @@ def _real_build(out: Path, inputs: tuple[Path, Path], *overrides: str):
     )
 
 
+@pytest.mark.slow
 def test_output_identical_across_runners(tmp_path: Path, real_inputs: tuple[Path, Path]) -> None:
     from dask.distributed import Client, LocalCluster
 

@@ -96,6 +96,7 @@ def test_verify_and_inspect_read_the_bucket(build: Path, s3: str, tmp_path: Path
     assert sorted(cached(tmp_path / "cache")) == sorted(f"{entry.sha256}.arrow" for entry in manifest.shards)
 
 
+@pytest.mark.slow
 def test_training_from_the_bucket_logs_the_local_losses_and_reuses_its_cache(
     build: Path, s3: str, tmp_path: Path, shared_data: Path
 ) -> None:

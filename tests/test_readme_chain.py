@@ -54,6 +54,7 @@ def test_the_size_flags_are_found_and_made_small() -> None:
     assert readme_commands("```bash\na && .venv/bin/corpusforge build c.toml  # note\n```\n") == [".venv/bin/corpusforge build c.toml"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_the_readme_commands_run_in_order(tmp_path: Path, shared_data: Path) -> None:
     home = tmp_path / "checkout"

@@ -117,6 +117,7 @@ def _run_to_end(out: Path) -> str:
     return output
 
 
+@pytest.mark.slow
 def test_kill_at_each_stage_then_rerun_gives_the_uninterrupted_bytes(reference: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     points = [
@@ -185,6 +186,7 @@ def reference_result_stats(reference: Path) -> dict:
     return stats
 
 
+@pytest.mark.slow
 def test_changed_key_reruns_exactly_the_stages_that_read_it(finished: Path) -> None:
     changes: list[str] = []
     for key, expected in [

@@ -104,6 +104,7 @@ GPT_ALPHABET += ["<|endoftext|>", "\x00", "٣", "Ⅻ"]
 gpt_documents = st.lists(st.lists(st.lists(st.sampled_from(GPT_ALPHABET), max_size=20).map("".join), max_size=5), min_size=1, max_size=4)
 
 
+@pytest.mark.slow
 @given(gpt_documents)
 @settings(max_examples=300, deadline=None)
 def test_gpt2_random_text_matches_one_encode_per_sentence(gpt2_tokenizer, docs):

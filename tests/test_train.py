@@ -127,6 +127,7 @@ def masked_lm_accuracy(run: Path, train_shards: Path, held_out: Path) -> dict[st
     return {kind: {name: h[name] / h["count"] for name in ("model", "unigram")} for kind, h in hits.items()}
 
 
+@pytest.mark.slow
 def test_bert_tiny_learns_from_books(books, tmp_path):
     cfg = TrainConfig(
         model="bert-tiny",

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from http_fixture import LocalServer, extract_pages
 from test_webtext_job import FETCH, write_dumps
 
@@ -36,6 +37,7 @@ def _digests(out: Path) -> dict[str, str]:
     return {f"{f.parent.name}/{f.name}": hashlib.sha256(f.read_bytes()).hexdigest() for f in map(Path, files)}
 
 
+@pytest.mark.slow
 def test_webtext_build_on_dask_matches_in_process_replay(shared_data: Path, tmp_path: Path) -> None:
     import dask
     from dask.distributed import Client, LocalCluster
