@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,17 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def samples() -> Path:
     return SAMPLES
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """Two OpenMP threads on a shared 2-core runner spin against each other; one is faster and deterministic."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -26,13 +26,7 @@ from corpusforge.trainer.generate import generate, load_gpt, sample
 from corpusforge.trainer.glue import f1, get_task, matthews, read_tsv, subset
 from corpusforge.trainer.loop import train
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -43,13 +43,7 @@ HELD_OUT_BOOKS = ["35-0.txt", "41-0.txt"]  # The Time Machine, Sleepy Hollow: ot
 VOCAB = 2000  # small vocabularies keep the tiny models' decoders cheap on CPU
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Two OpenMP threads on a shared 2-core runner spin against each other; one is faster and deterministic."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

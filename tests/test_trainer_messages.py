@@ -13,7 +13,6 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 from shard_factory import bert_tokenizer_json, gpt_tokenizer_json, random_bert_columns, random_gpt_columns, write_shards
 from typer.testing import CliRunner
 
@@ -21,14 +20,6 @@ from corpusforge.cli import app
 
 EXAMPLES = 100  # 10 held out: min(train.holdout_examples, N // 10)
 QUIET = ["--set", "train.num_workers=0"]
-
-
-@pytest.fixture(scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
