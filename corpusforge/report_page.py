@@ -18,7 +18,7 @@ import json
 import math
 from collections import Counter
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
@@ -33,6 +33,7 @@ from corpusforge.shards.inspect import sequence_row, summarize
 
 FERTILITY_SAMPLE_BYTES = 2_000_000  # text tokenized per vocabulary for tokens-per-word
 FERTILITY_BATCH = 256  # paragraphs encoded at once
+SAMPLE_ROWS = 16  # documents decoded into Python at a time for the sample
 SHARD_SAMPLE = 50_000  # examples read per shard folder for its figures: the page is written by the launcher, on a small machine
 DUPLICATE_REASONS = ("duplicate", "near_duplicate")  # their ``detail`` is the id of the document kept
 PAGE_PX = 1100  # the page's width (body max-width): a chart is drawn at it, so the browser shows it unscaled
@@ -212,10 +213,13 @@ def _vocabularies(layout: Layout, manifest: dict) -> str:
 
     requested = manifest.get("config", {}).get("vocab", {})
     rows = []
+    paragraphs: list[str] | None = None  # read once, for every vocabulary
     for kind, key in (("wordpiece", "wordpiece_vocab_size"), ("bpe", "bpe_vocab_size")):
         path = storage.join(layout.vocab(kind), "tokenizer.json")
         if not storage.is_file(path):
             continue
+        if paragraphs is None:
+            paragraphs = _paragraph_sample(output_files(layout.documents), FERTILITY_SAMPLE_BYTES)
         tokenizer = Tokenizer.from_str(storage.read_text(path))
         reached, wanted = tokenizer.get_vocab_size(with_added_tokens=True), requested.get(key)
         note = (
@@ -224,7 +228,13 @@ def _vocabularies(layout: Layout, manifest: dict) -> str:
             else "reached"
         )
         rows.append(
-            [kind, _cell(wanted, f"config.vocab.{key}") if wanted else "-", f"{reached:,}", note, f"{_fertility(tokenizer, layout):.3f}"]
+            [
+                kind,
+                _cell(wanted, f"config.vocab.{key}") if wanted else "-",
+                f"{reached:,}",
+                note,
+                f"{_fertility(tokenizer, paragraphs):.3f}",
+            ]
         )
         del tokenizer  # one vocabulary loaded at a time
     if not rows:
@@ -236,24 +246,26 @@ def _vocabularies(layout: Layout, manifest: dict) -> str:
     )
 
 
-def _fertility(tokenizer: Any, layout: Layout) -> float:
-    """Tokens per word, paragraph by paragraph: an ``Encoding`` of a whole 1 MB book held ~150 MB."""
-    words = tokens = 0
-    for text in _text_sample(output_files(layout.documents), FERTILITY_SAMPLE_BYTES):
-        paragraphs = text.split("\n\n")
-        words += sum(len(paragraph.split()) for paragraph in paragraphs)
-        for first in range(0, len(paragraphs), FERTILITY_BATCH):  # encodings of a batch at a time
-            batch = paragraphs[first : first + FERTILITY_BATCH]
-            tokens += sum(len(encoding) for encoding in tokenizer.encode_batch_fast(batch, add_special_tokens=False))
+def _fertility(tokenizer: Any, paragraphs: list[str]) -> float:
+    """Tokens per word, paragraphs encoded a batch at a time: an ``Encoding`` of a whole 1 MB book held ~150 MB."""
+    words = sum(len(paragraph.split()) for paragraph in paragraphs)
+    tokens = 0
+    for first in range(0, len(paragraphs), FERTILITY_BATCH):
+        batch = paragraphs[first : first + FERTILITY_BATCH]
+        tokens += sum(len(encoding) for encoding in tokenizer.encode_batch_fast(batch, add_special_tokens=False))
     return tokens / words if words else 0.0
 
 
-def _text_sample(doc_files: list[str], budget: int) -> Iterable[str]:
-    for (text,) in iter_rows(doc_files, ["text"]):
-        yield text[:budget]
+def _paragraph_sample(doc_files: list[str], budget: int) -> list[str]:
+    """The paragraphs of the first ``budget`` characters of documents, read a few rows at a time (a whole row
+    group as Python strings cost ~60 MB for 2 MB of sample)."""
+    paragraphs: list[str] = []
+    for (text,) in iter_rows(doc_files, ["text"], batch_rows=SAMPLE_ROWS):
+        paragraphs += text[:budget].split("\n\n")
         budget -= len(text)
         if budget <= 0:
-            return
+            break
+    return paragraphs
 
 
 def _shards(layout: Layout) -> str:

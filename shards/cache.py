@@ -160,10 +160,9 @@ def _stream_checked(uri: str, sha256: str, size: int, write: Callable[[bytes], o
     if actual_size != size:
         raise ShardError(f"{uri}: {actual_size} bytes, manifest says {size} (truncated or rewritten)")
     digest = hashlib.sha256()
-    with storage.open_file(uri, "rb") as source:
-        while chunk := source.read(CHUNK):
-            digest.update(chunk)
-            write(chunk)
+    for chunk in storage.read_chunks(uri, CHUNK):
+        digest.update(chunk)
+        write(chunk)
     if digest.hexdigest() != sha256:
         raise ShardError(f"{uri}: sha256 mismatch (manifest {sha256}, object {digest.hexdigest()}); the download was discarded")
 

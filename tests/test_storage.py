@@ -51,6 +51,14 @@ def test_local_copies_are_local_files_with_the_same_bytes_and_are_removed_after(
     assert all(Path(p).exists() == storage.is_local(root) for p in local)  # downloads are gone
 
 
+def test_read_chunks_gives_the_bytes_in_order_a_chunk_at_a_time(root: str) -> None:
+    path = storage.join(root, "blob.bin")
+    data = bytes(range(256)) * 40  # 10,240 bytes
+    storage.write_bytes(path, data)
+    chunks = list(storage.read_chunks(path, 4096))
+    assert [len(chunk) for chunk in chunks] == [4096, 4096, 2048] and b"".join(chunks) == data
+
+
 def test_a_failed_write_leaves_nothing(root: str) -> None:
     target = storage.join(root, "half.bin")
     with pytest.raises(RuntimeError):
