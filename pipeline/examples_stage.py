@@ -51,7 +51,7 @@ from corpusforge.encoding.sentence_tokens import SentenceEncoder
 from corpusforge.encoding.vocab import EOT, load_tokenizer, vocab_manifest
 from corpusforge.pipeline.counters import COUNTERS, merge_counters, only, write_counters
 from corpusforge.shards.format import MANIFEST_NAME, bert_schema, gpt_schema, id_type, shard_manifest
-from corpusforge.shards.writer import ShardJob, row_bytes, spill_pieces, write_ipc, write_spilled_shards
+from corpusforge.shards.writer import SPILL_COMPRESSION, ShardJob, row_bytes, spill_pieces, write_ipc, write_spilled_shards
 
 # Multi-output steps emit (kind, value) pairs split by ``only``: the DaskRunner mixes tagged outputs
 # and drops what ``finish_bundle`` emits, so neither is used here.
@@ -109,7 +109,7 @@ def spill_documents(directory: storage.PathLike, docs: Sequence[TokenizedDocumen
     name = f"docs-{stable_hash(len(docs), *(doc.id for doc in docs)):016x}.arrow"
     table = pa.table({"tokens": _list_array([doc.tokens for doc in docs]), "offsets": _list_array([doc.offsets for doc in docs])})
     storage.makedirs(directory)
-    write_ipc(storage.join(directory, name), table)
+    write_ipc(storage.join(directory, name), table, SPILL_COMPRESSION)
     return [(doc.id, name, row) for row, doc in enumerate(docs)]
 
 
@@ -119,7 +119,7 @@ def _list_array(parts: Sequence[np.ndarray]) -> pa.LargeListArray:
 
 
 def load_documents(directory: storage.PathLike, refs: Iterable[DocRef]) -> list[TokenizedDocument]:
-    """The documents behind ``refs``, their arrays zero-copy views of the memory-mapped spill files."""
+    """The documents behind ``refs``, their arrays views of the (decompressed) spill files' columns."""
     rows_by_file: defaultdict[str, list[tuple[str, int]]] = defaultdict(list)
     for doc_id, name, row in refs:
         rows_by_file[name].append((doc_id, row))
