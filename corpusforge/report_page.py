@@ -27,13 +27,10 @@ import pyarrow.parquet as pq
 from corpusforge import __version__
 from corpusforge.core import storage
 from corpusforge.core.layout import Layout
-from corpusforge.corpora.document_files import iter_rows
+from corpusforge.encoding.vocab import FERTILITY_SAMPLE_BYTES
 from corpusforge.pipeline.documents_io import output_files
 from corpusforge.shards.inspect import sequence_row, summarize
 
-FERTILITY_SAMPLE_BYTES = 2_000_000  # text tokenized per vocabulary for tokens-per-word
-FERTILITY_BATCH = 256  # paragraphs encoded at once
-SAMPLE_ROWS = 16  # documents decoded into Python at a time for the sample
 SHARD_SAMPLE = 50_000  # examples read per shard folder for its figures: the page is written by the launcher, on a small machine
 DUPLICATE_REASONS = ("duplicate", "near_duplicate")  # their ``detail`` is the id of the document kept
 PAGE_PX = 1100  # the page's width (body max-width): a chart is drawn at it, so the browser shows it unscaled
@@ -209,34 +206,33 @@ def _duplicates_figure(sizes: dict[str, np.ndarray]) -> Any:
 
 
 def _vocabularies(layout: Layout, manifest: dict) -> str:
-    from tokenizers import Tokenizer
-
+    """Sizes and tokens per word as the vocab stage measured them (``encoding.vocab.vocab_figures``): no tokenizer
+    is loaded here, in the launcher."""
     requested = manifest.get("config", {}).get("vocab", {})
+    measured = manifest.get("artifacts", {}).get("vocab_figures", {})
     rows = []
-    paragraphs: list[str] | None = None  # read once, for every vocabulary
     for kind, key in (("wordpiece", "wordpiece_vocab_size"), ("bpe", "bpe_vocab_size")):
-        path = storage.join(layout.vocab(kind), "tokenizer.json")
-        if not storage.is_file(path):
+        if kind not in manifest.get("artifacts", {}).get("vocab", {}):
             continue
-        if paragraphs is None:
-            paragraphs = _paragraph_sample(output_files(layout.documents), FERTILITY_SAMPLE_BYTES)
-        tokenizer = Tokenizer.from_str(storage.read_text(path))
-        reached, wanted = tokenizer.get_vocab_size(with_added_tokens=True), requested.get(key)
+        figures, wanted = measured.get(kind, {}), requested.get(key)
+        reached = figures.get("size")
         note = (
             f"<span class=warn>{reached / wanted:.0%} of the requested size: the corpus ran out of merges</span>"
-            if wanted and reached < wanted
+            if wanted and reached and reached < wanted
             else "reached"
+            if reached
+            else "-"
         )
+        fertility = figures.get("tokens_per_word")
         rows.append(
             [
                 kind,
                 _cell(wanted, f"config.vocab.{key}") if wanted else "-",
-                f"{reached:,}",
+                f"{reached:,}" if reached else "-",
                 note,
-                f"{_fertility(tokenizer, paragraphs):.3f}",
+                f"{fertility:.3f}" if fertility is not None else "-",
             ]
         )
-        del tokenizer  # one vocabulary loaded at a time
     if not rows:
         return ""
     return _section(
@@ -244,28 +240,6 @@ def _vocabularies(layout: Layout, manifest: dict) -> str:
         _table(["kind", "requested", "reached", "note", "tokens per word"], rows)
         + f"<p class=meta>Tokens per whitespace word on the first {FERTILITY_SAMPLE_BYTES // 1_000_000} MB of documents (in id order, which is hash order).</p>",
     )
-
-
-def _fertility(tokenizer: Any, paragraphs: list[str]) -> float:
-    """Tokens per word, paragraphs encoded a batch at a time: an ``Encoding`` of a whole 1 MB book held ~150 MB."""
-    words = sum(len(paragraph.split()) for paragraph in paragraphs)
-    tokens = 0
-    for first in range(0, len(paragraphs), FERTILITY_BATCH):
-        batch = paragraphs[first : first + FERTILITY_BATCH]
-        tokens += sum(len(encoding) for encoding in tokenizer.encode_batch_fast(batch, add_special_tokens=False))
-    return tokens / words if words else 0.0
-
-
-def _paragraph_sample(doc_files: list[str], budget: int) -> list[str]:
-    """The paragraphs of the first ``budget`` characters of documents, read a few rows at a time (a whole row
-    group as Python strings cost ~60 MB for 2 MB of sample)."""
-    paragraphs: list[str] = []
-    for (text,) in iter_rows(doc_files, ["text"], batch_rows=SAMPLE_ROWS):
-        paragraphs += text[:budget].split("\n\n")
-        budget -= len(text)
-        if budget <= 0:
-            break
-    return paragraphs
 
 
 def _shards(layout: Layout) -> str:

@@ -218,16 +218,16 @@ DOCUMENTS = Stage(
 
 
 def _run_vocab(ctx: Context) -> Outcome:
-    from corpusforge.encoding.vocab import train_vocab_from_documents, vocab_sha256
+    from corpusforge.encoding.vocab import train_and_measure, vocab_sha256
     from corpusforge.pipeline.documents_io import output_files
 
     layout = ctx.layout
-    dirs = in_fresh_process(train_vocab_from_documents, output_files(layout.documents), layout.vocab_root, ctx.cfg.vocab)
+    dirs, figures = in_fresh_process(train_and_measure, output_files(layout.documents), layout.vocab_root, ctx.cfg.vocab)
     outputs = [path for directory in dirs.values() for path in storage.files_under(directory)]
     return Outcome(
         describe_outputs(layout, outputs),
         digests={kind: vocab_sha256(directory) for kind, directory in dirs.items()},
-        data={"vocab": {kind: layout.relative(directory) for kind, directory in dirs.items()}},
+        data={"vocab": {kind: layout.relative(directory) for kind, directory in dirs.items()}, "vocab_figures": figures},
     )
 
 
@@ -236,7 +236,7 @@ def _vocab_warnings(cfg: Config, figures: dict[str, Any]) -> list[str]:
 
     warnings = []
     for kind, directory in figures["vocab"].items():
-        size = vocab_manifest(directory)["size"]
+        size = figures["vocab_figures"].get(kind, {}).get("size") or vocab_manifest(directory)["size"]
         asked = cfg.vocab.wordpiece_vocab_size if kind == "wordpiece" else cfg.vocab.bpe_vocab_size
         if size < VOCAB_SHORTFALL * asked:
             warnings.append(
@@ -253,7 +253,10 @@ VOCAB = Stage(
     needs=lambda cfg: [("documents", "documents")],
     folders=lambda layout, cfg: [layout.vocab_root],
     run=_run_vocab,
-    figures=lambda layout, marker: {"vocab": {kind: layout.path(path) for kind, path in marker.data["vocab"].items()}},
+    figures=lambda layout, marker: {
+        "vocab": {kind: layout.path(path) for kind, path in marker.data["vocab"].items()},
+        "vocab_figures": marker.data.get("vocab_figures", {}),  # absent in a marker of an earlier version
+    },
     how_to_run='add "vocab" to run.stages',
     makes=lambda cfg: list(cfg.vocab.kinds),
     missing_output_hint="add {output!r} to vocab.kinds",

@@ -41,6 +41,9 @@ WORDPIECE_ALPHABET = 1000  # as HF's BertWordPieceTokenizer: rarer characters st
 ALPHABET_CHUNK_CHARS = 4_000_000  # text counted at a time when fixing the alphabet
 CODE_POINTS = 0x110000
 PIECE_CHARS = 65_536  # text handed to the trainers at a time
+FERTILITY_SAMPLE_BYTES = 2_000_000  # text tokenized per vocabulary for its tokens per word
+FERTILITY_BATCH = 256  # paragraphs encoded at once
+SAMPLE_ROWS = 16  # documents decoded into Python at a time for that sample
 
 
 def train_wordpiece(
@@ -263,6 +266,42 @@ def train_vocab_from_documents(doc_paths: list[storage.PathLike], out_dir: stora
         else:
             out[kind] = train_bpe(sample, storage.join(out_dir, kind), cfg.bpe_vocab_size, cfg.min_frequency)
     return out
+
+
+def train_and_measure(
+    doc_paths: list[storage.PathLike], out_dir: storage.PathLike, cfg: VocabConfig
+) -> tuple[dict[str, str], dict[str, dict[str, float]]]:
+    """``train_vocab_from_documents``, then ``vocab_figures`` of what it made, in the same (fresh) process: the
+    report then reads figures, and no tokenizer is loaded in the launcher for them."""
+    dirs = train_vocab_from_documents(doc_paths, out_dir, cfg)
+    return dirs, vocab_figures(dirs, doc_paths)
+
+
+def vocab_figures(dirs: dict[str, str], doc_paths: list[storage.PathLike]) -> dict[str, dict[str, float]]:
+    """Per vocabulary kind: its size (added tokens included) and tokens per whitespace word on the first
+    ``FERTILITY_SAMPLE_BYTES`` of the documents (in id order, which is hash order)."""
+    paragraphs = _paragraph_sample(doc_paths, FERTILITY_SAMPLE_BYTES)
+    words = sum(len(paragraph.split()) for paragraph in paragraphs)
+    figures = {}
+    for kind, directory in dirs.items():
+        tokenizer = load_tokenizer(directory)
+        tokens = 0
+        for first in range(0, len(paragraphs), FERTILITY_BATCH):  # an ``Encoding`` of a whole 1 MB book held ~150 MB
+            batch = paragraphs[first : first + FERTILITY_BATCH]
+            tokens += sum(len(encoding) for encoding in tokenizer.encode_batch_fast(batch, add_special_tokens=False))
+        figures[kind] = {"size": tokenizer.get_vocab_size(with_added_tokens=True), "tokens_per_word": tokens / words if words else 0.0}
+    return figures
+
+
+def _paragraph_sample(doc_paths: list[storage.PathLike], budget: int) -> list[str]:
+    """The paragraphs of the first ``budget`` characters of documents, decoded a few rows at a time."""
+    paragraphs: list[str] = []
+    for (text,) in iter_rows(doc_paths, ["text"], batch_rows=SAMPLE_ROWS):
+        paragraphs += text[:budget].split("\n\n")
+        budget -= len(text)
+        if budget <= 0:
+            break
+    return paragraphs
 
 
 def paragraph_pieces(text: str, size: int = PIECE_CHARS) -> Iterator[str]:

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from corpusforge import progress
 from corpusforge.cli import app
+from corpusforge.encoding.vocab import load_tokenizer
 from corpusforge.pipeline.documents_io import output_files
 
 runner = CliRunner()
@@ -124,6 +125,18 @@ def test_report_shows_vocabulary_shortfall_and_duplicate_clusters(demo_build):
     page = (out / "report.html").read_text(encoding="utf-8")
     reached = json.loads((out / "shards" / "bert" / "manifest.json").read_text())["vocab"]["size"]
     assert f"<td>{reached:,}</td>" in page and f"{reached / 30522:.0%} of the requested size" in page
+
+
+def test_tokens_per_word_are_measured_by_the_vocab_stage_and_shown(demo_build):
+    """The vocab stage measures them where its tokenizers are loaded; the page shows the manifest's figures."""
+    out, _ = demo_build
+    page = (out / "report.html").read_text(encoding="utf-8")
+    figures = json.loads((out / "manifest.json").read_text())["artifacts"]["vocab_figures"]
+    assert set(figures) == {"wordpiece", "bpe"}
+    for kind, measured in figures.items():
+        assert measured["size"] == load_tokenizer(out / "vocab" / kind).get_vocab_size(with_added_tokens=True)
+        assert 1.0 < measured["tokens_per_word"] < 3.0
+        assert re.search(rf"<tr><td>{kind}</td>.*?<td>{measured['tokens_per_word']:.3f}</td></tr>", page)
     rejects = pq.read_table(output_files(out / "rejects"))
     near = rejects.filter(pc.equal(rejects["reason"], "near_duplicate"))
     clusters = len(set(near["detail"].to_pylist()))
