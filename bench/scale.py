@@ -184,17 +184,18 @@ def print_stages(r: dict, nbytes: int) -> None:
         )
 
 
-def corpus_of(size_mb: int, work: Path, source: str = "books") -> tuple[Path, int]:
+def corpus_of(size_mb: int, work: Path, source: str = "books", page_bytes: int = 4000) -> tuple[Path, int]:
     """(what to build from, its bytes of text): a folder of ~1 MB books, or a Wikipedia multistream
-    dump of ~4 KB articles (the same text as thousands of small documents)."""
+    dump of ~``page_bytes`` articles (the same text as thousands of small documents; at 400 B about
+    two thirds of the pages are near-duplicates of another, as web corpora are)."""
     if source == "books":
         corpus = work / f"books-{size_mb}mb"
         if not corpus.is_dir():
             make_books(SHARED_BOOKS, corpus, size_mb << 20, seed=size_mb)
         return corpus, sum(p.stat().st_size for p in corpus.iterdir())
-    folder = work / f"wikipedia-{size_mb}mb"
+    folder = work / (f"wikipedia-{size_mb}mb" if page_bytes == 4000 else f"wikipedia-{size_mb}mb-{page_bytes}b")
     if not (folder / "text_bytes").is_file():
-        _, written = make_wikipedia(SHARED_BOOKS, folder, size_mb << 20, seed=size_mb)
+        _, written = make_wikipedia(SHARED_BOOKS, folder, size_mb << 20, page_bytes=page_bytes, seed=size_mb)
         (folder / "text_bytes").write_text(str(written))
     return folder / "enwiki-multistream.xml.bz2", int((folder / "text_bytes").read_text())
 
@@ -536,6 +537,7 @@ def main() -> None:
         "--sizes", type=int, nargs="+", default=None, help="corpus sizes in MB (default: 100 400 1000; with --store s3: 400)"
     )
     parser.add_argument("--source", choices=["books", "wikipedia"], default="books", help="~1 MB books or ~4 KB Wikipedia articles")
+    parser.add_argument("--page-bytes", type=int, default=4000, help="with --source wikipedia: wikitext bytes per page")
     parser.add_argument(
         "--inproc-sizes",
         type=int,
@@ -558,7 +560,7 @@ def main() -> None:
     print(f"{'run':34} {'input MB':>8} {'wall s':>7} {'CPU s':>7} {'MB/CPU-s':>8} {'launcher MB':>11} {'worker MB':>9}")
     rows, inproc = {}, {}
     for size in args.sizes:
-        corpus, nbytes = corpus_of(size, args.work, args.source)
+        corpus, nbytes = corpus_of(size, args.work, args.source, args.page_bytes)
         r = build(corpus, args.work / f"out-{size}", FULL)
         rows[size] = r
         print(
@@ -568,7 +570,7 @@ def main() -> None:
         )
         print_stages(r, nbytes)
     for size in inproc_sizes:
-        corpus, nbytes = corpus_of(size, args.work, args.source)
+        corpus, nbytes = corpus_of(size, args.work, args.source, args.page_bytes)
         r = inproc[size] = build(corpus, args.work / f"out-{size}-inproc", FULL, "--set", 'run.direct_running_mode="in_memory"')
         print(
             f"{'full build, in_memory (1 process)':34} {nbytes / 2**20:8.0f} {r['wall']:7.1f} {r['cpu']:7.1f} "
@@ -577,7 +579,7 @@ def main() -> None:
         )
         print_stages(r, nbytes)
     if args.dask_size:
-        corpus, nbytes = corpus_of(args.dask_size, args.work, args.source)
+        corpus, nbytes = corpus_of(args.dask_size, args.work, args.source, args.page_bytes)
         dask = {n: dask_build(corpus, args.work / f"out-dask{n}", n) for n in (2, 1)}
         for n, r in dask.items():
             print(
@@ -592,7 +594,7 @@ def main() -> None:
     if big != small:
         print(f"  peak RSS at {big} MB / at {small} MB: {peak(rows[big]) / peak(rows[small]):.2f} (target <= 1.25)")
     print(f"  largest process: {mb(max(peak(r) for r in rows.values()))} MB (target <= 1536)")
-    total_mb = sum(corpus_of(s, args.work, args.source)[1] for s in args.sizes) / 2**20
+    total_mb = sum(corpus_of(s, args.work, args.source, args.page_bytes)[1] for s in args.sizes) / 2**20
     print(f"  end to end: {total_mb / sum(r['cpu'] for r in rows.values()):.2f} MB of input per CPU-second (target >= 1.0)")
     for size, r in inproc.items():
         if size in rows:
