@@ -86,6 +86,15 @@ class CleanConfig(Section):
     min_words: int = Field(20, description="documents with fewer words are rejected (reason: too_short)")
     language: str | None = Field(None, description='ISO 639-1 code to keep, e.g. "en"; unset keeps every language')
     language_min_confidence: float = Field(0.0, description="py3langid confidence below which a document counts as another language")
+    decontaminate: list[str] = Field(
+        default_factory=list,
+        description="evaluation files (GLUE .tsv, .jsonl, text lines): documents sharing a word n-gram with one of their texts "
+        "are rejected (reason: contaminated)",
+    )
+    decontaminate_ngram: int = Field(13, ge=1, description="words per n-gram of that check (GPT-3's 13)")
+    decontaminate_min_words: int = Field(
+        8, ge=1, description="evaluation fields with fewer words are not texts (labels, ids); shorter than the n-gram: matched whole"
+    )
 
 
 class DedupConfig(Section):
@@ -329,7 +338,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def _resolve_paths(data: dict[str, Any], base: Path) -> None:
     """Make relative paths absolute against the configuration file's directory."""
-    path_keys = {"paths", "index_paths", "dumps", "warc_dir"}  # run.output_dir stays relative to the working directory
+    path_keys = {"paths", "index_paths", "dumps", "warc_dir", "decontaminate"}  # run.output_dir stays relative to the working directory
     for section in data.values():
         if not isinstance(section, dict):
             continue

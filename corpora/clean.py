@@ -17,6 +17,7 @@ import ftfy.chardata
 import numpy as np
 
 from corpusforge.core.config import CleanConfig
+from corpusforge.corpora.decontaminate import Decontaminator
 from corpusforge.corpora.document import Document, Reject
 from corpusforge.corpora.language import detect_language
 
@@ -158,11 +159,17 @@ if _BADNESS_WIDTH is not None:
 class Cleaner:
     """The per-document filters of the ``clean`` stage: a cleaned document, or a reject with its reason.
 
-    Unicode repair and whitespace, then the minimum length, then the language filter.
+    Unicode repair and whitespace, then the minimum length, then the language filter, then the
+    evaluation sets' n-grams (``corpora.decontaminate``).
     """
 
     def __init__(self, cfg: CleanConfig) -> None:
         self.cfg = cfg
+        self.decontaminator = (
+            Decontaminator.from_files(cfg.decontaminate, cfg.decontaminate_ngram, cfg.decontaminate_min_words)
+            if cfg.decontaminate
+            else None
+        )
 
     def __call__(self, doc: Document) -> Document | Reject:
         text = normalize_text(doc.text, fix_unicode=self.cfg.fix_unicode)
@@ -175,4 +182,9 @@ class Cleaner:
             meta["language"] = language
             if language != self.cfg.language or confidence < self.cfg.language_min_confidence:
                 return Reject(doc.id, doc.source, "language", f"{language}:{confidence:.2f}", doc.url or doc.title)
+        if self.decontaminator is not None:
+            found = self.decontaminator.match(text)
+            if found is not None:
+                detail = f"shares a {self.cfg.decontaminate_ngram}-gram with {found}"
+                return Reject(doc.id, doc.source, "contaminated", detail, doc.url or doc.title)
         return doc.replace(text=text, meta=meta)

@@ -231,7 +231,16 @@ def wordmix_hashes64(data: bytes, ngram: int) -> np.ndarray:
     """:func:`wordmix_hash64` of every shingle of normalised bytes, in shingle order."""
     if not data:
         return np.empty(0, dtype=np.uint64)
-    words = _word_hashes64(data)
+    return window_hashes64(_word_hashes64(data), ngram)
+
+
+def word_hashes64(data: bytes) -> np.ndarray:
+    """The hash of every word of normalised bytes (non-empty), for ``window_hashes64`` at several window lengths."""
+    return _word_hashes64(data)
+
+
+def window_hashes64(words: np.ndarray, ngram: int) -> np.ndarray:
+    """:func:`wordmix_hash64` of every ``ngram``-word window of ``word_hashes64``'s words (one window when fewer)."""
     count = max(1, len(words) - ngram + 1)
     total = words[:count] * np.uint64(_position_key(0))
     for i in range(1, min(ngram, len(words))):

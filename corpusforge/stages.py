@@ -146,7 +146,9 @@ def _documents_view(cfg: Config, parts: list[str]) -> dict[str, Any]:
 
 
 def _documents_inputs(cfg: Config, parts: list[str]) -> list[str]:
-    return [path for source in SOURCES if source.name in parts for path in source.inputs(cfg)]
+    """The sources' files, and the evaluation files the clean stage keeps out (their texts decide rejects)."""
+    evaluation = cfg.clean.decontaminate if "clean" in parts else []
+    return [path for source in SOURCES if source.name in parts for path in source.inputs(cfg)] + list(evaluation)
 
 
 def _run_documents(ctx: Context) -> Outcome:
