@@ -6,7 +6,7 @@ optimum for threshold 0.8 and 128 permutations, 14 x 9; datatrove: ``num_buckets
 hashes_per_bucket=9``) and write Parquet. corpusforge runs as a user runs it: ``corpusforge build``
 with the stages books -> clean -> dedup -> near_dedup -> documents at their defaults (Beam's local
 runner on every core). datatrove runs in its own virtual environment (its pins differ from ours;
-made under ``--work`` on first use: ``pip install datatrove[io]==0.10.1 spacy``), as its README
+made under ``--work`` on first use: ``pip install datatrove[io,processing]==0.10.1 spacy``), as its README
 shows: one ``LocalPipelineExecutor`` per stage, ``--workers`` processes each (``bench/peers_datatrove.py``).
 
 The corpus: ``--mb`` of distinct ~1 MB books made from the shared Gutenberg books' paragraphs, plus
@@ -28,12 +28,14 @@ Differences between the two pipelines, by design of each tool (none is tuned her
 - Output: ours one Parquet part per worker with id/source/title/url/text/meta plus a rejects table
   with a reason per removed document; datatrove's Parquet per task plus exclusion JSONL.
 
-    .venv/bin/python bench/peers.py --mb 100
+    .venv/bin/python bench/peers.py --mb 100              # ~1 MB books
+    .venv/bin/python bench/peers.py --mb 100 --doc-kb 4   # Wikipedia-shaped: ~4 KB documents
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import random
@@ -45,6 +47,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,17 +61,18 @@ from corpusforge.corpora.document import make_id  # noqa: E402
 from corpusforge.pipeline.document_spill import banding  # noqa: E402
 
 SHARED_BOOKS = ROOT.parent / "shared" / "data" / "books"
-DATATROVE = "datatrove[io]==0.10.1"
+DATATROVE = "datatrove[io,processing]==0.10.1"
+PR_SET_CHILD_SUBREAPER = 36
 NEAR_SHARE, EXACT_SHARE, REPLACED = 0.10, 0.02, 0.01  # planted copies per distinct book; words replaced in a near copy
 
 
-def make_corpus(folder: Path, megabytes: int, seed: int = 7) -> dict[str, str]:
-    """Distinct books plus planted copies; returns copy file name -> the book it copies."""
+def make_corpus(folder: Path, megabytes: int, doc_bytes: int, seed: int = 7) -> dict[str, str]:
+    """Distinct documents of ``doc_bytes`` plus planted copies; returns copy file name -> the one it copies."""
     marker = folder.with_suffix(".planted.json")  # beside the books, not among them
     if marker.exists():
         return json.loads(marker.read_text())
     shutil.rmtree(folder, ignore_errors=True)
-    count = make_books(SHARED_BOOKS, folder, megabytes << 20, seed=seed)
+    count = make_books(SHARED_BOOKS, folder, megabytes << 20, book_bytes=doc_bytes, seed=seed)
     rng = random.Random(seed)
     planted = {}
     originals = rng.sample(range(count), round(count * (NEAR_SHARE + EXACT_SHARE)))
@@ -100,16 +104,36 @@ def datatrove_python(work: Path) -> Path:
 
 
 def run(cmd: list[str], log: Path) -> dict:
-    """Wall, CPU of the process tree (every reaped descendant) and the largest process's peak RSS."""
+    """Wall, CPU of the whole process tree and the largest process's peak RSS.
+
+    This process is made the subreaper of the tree (``PR_SET_CHILD_SUBREAPER``): a descendant orphaned
+    by its parent (a fork server, a pool worker) is reaped here, so its CPU counts in RUSAGE_CHILDREN.
+    """
     cpu0, t0 = _children_cpu(), time.perf_counter()
     with open(log, "w") as sink:
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
         watcher = PeakWatcher([proc.pid])
         proc.wait()
+        _reap_orphans()
         watcher.stop()
     if proc.returncode:
         raise SystemExit(f"{cmd[0]} failed ({proc.returncode}): see {log}")
     return {"wall": time.perf_counter() - t0, "cpu": _children_cpu() - cpu0, "peak": max(watcher.peaks.values(), default=0)}
+
+
+def _reap_orphans(timeout_s: float = 60.0) -> None:
+    """Wait for every descendant adopted here to exit (killing any still alive after ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            if time.monotonic() > deadline:
+                for child in psutil.Process().children():
+                    child.kill()
+            time.sleep(0.05)
 
 
 def _children_cpu() -> float:
@@ -151,6 +175,10 @@ def _lines(path: Path) -> list[str]:
         return [line for line in handle if line.strip()]
 
 
+def _collapsed(original: str, removed: set[str], group_of: dict[str, str]) -> bool:
+    return sum(1 for name, group in group_of.items() if group == original and name not in removed) == 1
+
+
 def groups_collapsed(removed: set[str], planted: dict[str, str]) -> int:
     """Planted groups (a book and its copies) of which exactly one member is left."""
     members: dict[str, set[str]] = {}
@@ -162,14 +190,16 @@ def groups_collapsed(removed: set[str], planted: dict[str, str]) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mb", type=int, default=100, help="MB of distinct books (planted copies come on top)")
+    parser.add_argument("--doc-kb", type=int, default=1024, help="document size: 1024 ~1 MB books, 4 Wikipedia-shaped articles")
     parser.add_argument("--repeat", type=int, default=2, help="runs of each tool, interleaved")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="datatrove's processes (ours: every core)")
     parser.add_argument("--no-clean", action="store_true", help="leave our clean stage out (datatrove runs none)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/corpusforge-peers"))
     args = parser.parse_args()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)  # see ``run``
     args.work.mkdir(parents=True, exist_ok=True)
-    books = args.work / f"books-{args.mb}mb"
-    planted = make_corpus(books, args.mb)
+    books = args.work / f"docs-{args.mb}mb-{args.doc_kb}kb"
+    planted = make_corpus(books, args.mb, args.doc_kb << 10)
     python = datatrove_python(args.work)
     bands, rows = banding(NearDedupConfig())
     inputs = sorted(books.glob("*.txt"))
@@ -193,7 +223,13 @@ def main() -> None:
             )
     ours, theirs = removed_by["corpusforge"], removed_by["datatrove"]
     print(f"removed by both: {len(ours & theirs)}, only by corpusforge: {len(ours - theirs)}, only by datatrove: {len(theirs - ours)}")
-    for name in sorted(ours ^ theirs)[:10]:
+    group_of = {name: original for name, original in planted.items()} | {original: original for original in planted.values()}
+    both = {g for g in set(planted.values()) if _collapsed(g, ours, group_of) and _collapsed(g, theirs, group_of)}
+    kept_differs = {name for name in ours ^ theirs if group_of.get(name) in both}
+    print(
+        f"  of the differences, {len(kept_differs)} are the member each kept of a group both collapsed (ours: the longest, then the smallest id; datatrove's: the first it read)"
+    )
+    for name in sorted((ours ^ theirs) - kept_differs)[:10]:
         print(f"  {name}: removed by {'corpusforge' if name in ours else 'datatrove'} only (planted copy of {planted.get(name, '-')})")
     ratio = statistics.median(cpu["datatrove"]) / statistics.median(cpu["corpusforge"])
     print(f"documents job: datatrove CPU / corpusforge CPU = {ratio:.2f}x")
