@@ -6,8 +6,10 @@
    (the budget; its wall time is printed), evaluating the held-out tail along the way.
 3. Fine-tunes each task with ``corpusforge finetune`` from that checkpoint and with ``--random-init``
    (same architecture and vocabulary) for each seed, and prints both side by side: per-seed figures,
-   mean, sample standard deviation, the gap in units of the larger spread, and the BERT-Mini reference
-   from the miniatures (Turc et al. 2019; full pre-training on BookCorpus + Wikipedia, full train set).
+   mean, sample standard deviation, the gap in units of the larger spread, Welch's t-test of the two arms
+   (unequal variances; one line per task: ``sst2 gain: +X.X points (p = P)``), and the BERT-Mini figure
+   of the miniatures (Turc et al. 2019: full pre-training on BookCorpus + Wikipedia, full train set,
+   scored on the GLUE *test* set; ours are dev-set figures, so the two are not the same measurement).
 
   nice -n 10 .venv/bin/python bench/glue.py --work /tmp/glue_bench
   .venv/bin/python bench/glue.py --work /tmp/glue_bench --pretrain-steps 200 --tasks sst2 --max-train-examples 2000 --epochs 2
@@ -30,8 +32,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 CLI = [str(Path(sys.executable).parent / "corpusforge")]  # the console script beside this interpreter
 THREADS = 1  # one thread per command: on a shared 2-core machine a second OpenMP thread mostly spins
-REFERENCE = {"sst2": ("accuracy", 0.859), "cola": ("mcc", 0.0), "mrpc": ("f1", 0.0)}  # BERT-Mini dev, Turc et al. 2019
-REFERENCE_NOTE = {"sst2": "85.9 (BERT-Mini, miniatures)", "cola": "n/a (miniatures report GLUE test only)", "mrpc": "n/a"}
+REFERENCE = {"sst2": ("accuracy", 0.859), "cola": ("mcc", 0.0), "mrpc": ("f1", 0.0)}  # BERT-Mini, GLUE test set, Turc et al. 2019
+REFERENCE_NOTE = {
+    "sst2": "85.9 (BERT-Mini, miniatures, GLUE test set; ours: dev set)",
+    "cola": "n/a (miniatures report GLUE test only)",
+    "mrpc": "n/a",
+}
 
 
 def run(command: list[str], log: Path) -> float:
@@ -149,6 +155,15 @@ def finetune(checkpoint: Path, task: str, seed: int, random_init: bool, work: Pa
     return json.loads((out / "results.json").read_text(encoding="utf-8"))
 
 
+def welch_p(pretrained: list[float], random: list[float]) -> float:
+    """One-sided p-value of Welch's t-test that pre-training beats random init (unequal variances)."""
+    from scipy.stats import ttest_ind
+
+    if min(len(pretrained), len(random)) < 2:
+        return float("nan")
+    return float(ttest_ind(pretrained, random, equal_var=False, alternative="greater").pvalue)
+
+
 def spread(values: list[float]) -> tuple[float, float]:
     return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
@@ -157,7 +172,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, default=Path("/tmp/glue_bench"))
     parser.add_argument("--tasks", default="sst2,cola")
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=5, help="fine-tuning seeds per arm (Welch's t-test needs at least 2)")
     parser.add_argument("--vocab-size", type=int, default=8192)
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--dupe-factor", type=int, default=2)
@@ -209,7 +224,8 @@ def main() -> None:
             f"{task:6} gain of pre-training: {gap:+.4f} = {gap / max(pre_std, rnd_std, 1e-9):+.1f} x the larger std; "
             f"reference: {REFERENCE_NOTE[task]}" + (f"; ours/reference {pre_mean / REFERENCE[task][1]:.3f}" if REFERENCE[task][1] else "")
         )
-        print(rows[-1], flush=True)
+        rows.append(f"{task} gain: {100 * gap:+.1f} points (p = {welch_p(figures[False], figures[True]):.4f})")
+        print("\n".join(rows[-2:]), flush=True)
     print("\n".join(["", *rows]))
 
 
