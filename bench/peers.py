@@ -4,8 +4,8 @@ Both tools read the same folder of plain-text books (one file = one document), d
 drop near-duplicates by MinHash LSH on word 5-grams with the same bands x rows (ours: datasketch's
 optimum for threshold 0.8 and 128 permutations, 14 x 9; datatrove: ``num_buckets=14,
 hashes_per_bucket=9``) and write Parquet. corpusforge runs as a user runs it: ``corpusforge build``
-with the stages books -> clean -> dedup -> near_dedup -> documents at their defaults (Beam's local
-runner on every core). datatrove runs in its own virtual environment (its pins differ from ours;
+with the stages books -> clean -> dedup -> near_dedup -> documents at the bundled configuration's
+settings (``clean.language = "en"``; Beam's local runner on every core). datatrove runs in its own virtual environment (its pins differ from ours;
 made under ``--work`` on first use: ``pip install datatrove[io,processing]==0.10.1 spacy``), as its README
 shows: one ``LocalPipelineExecutor`` per stage, ``--workers`` processes each (``bench/peers_datatrove.py``).
 
