@@ -41,7 +41,10 @@ def evaluation_texts(path: str, min_words: int) -> Iterator[tuple[int, str]]:
     lines = storage.read_bytes(path).decode("utf-8-sig", errors="replace").splitlines()
     for number, line in enumerate(lines, start=1):
         if path.endswith(".jsonl"):
-            fields = _strings(json.loads(line)) if line.strip() else []
+            try:
+                fields = list(_strings(json.loads(line))) if line.strip() else []
+            except json.JSONDecodeError:
+                raise ValueError(f"{path}:{number}: not a JSON line") from None
         elif path.endswith(".tsv"):
             fields = line.split("\t")
         else:
@@ -76,7 +79,7 @@ class Decontaminator:
         by_length: dict[int, list[tuple[np.ndarray, int]]] = {}
         where: list[str] = []
         for path in paths:
-            label = "/".join(path.replace("\\", "/").split("/")[-2:])
+            label = f"{storage.name(storage.parent(path))}/{storage.name(path)}"  # e.g. SST-2/dev.tsv
             for number, text in evaluation_texts(path, min_words):
                 data = comparable(text)
                 words = data.count(b" ") + 1 if data else 0

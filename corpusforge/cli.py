@@ -113,6 +113,16 @@ def check_inputs(cfg: Config) -> None:
             fail(f"{source} path does not exist: {path}")
         if storage.is_dir(path) and not storage.listdir(path):
             fail(f"{source} folder is empty: {path}")
+    if cfg.clean.decontaminate:
+        from corpusforge.corpora.decontaminate import Decontaminator
+
+        for path in cfg.clean.decontaminate:
+            if not storage.is_file(path):
+                fail(f"clean.decontaminate file does not exist: {path}")
+        try:  # read here once, so a bad file is one line now rather than a traceback in every worker
+            Decontaminator.from_files(cfg.clean.decontaminate, cfg.clean.decontaminate_ngram, cfg.clean.decontaminate_min_words)
+        except ValueError as error:
+            fail(f"clean.decontaminate: {error}")
 
 
 @app.command()

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
 from corpusforge.build import run_build
+from corpusforge.cli import app
 from corpusforge.core.config import load_config
 from corpusforge.corpora.decontaminate import Decontaminator, comparable
 from corpusforge.pipeline.documents_io import output_files
@@ -83,3 +85,18 @@ def test_a_book_holding_an_sst2_dev_sentence_is_rejected_as_contaminated(tmp_pat
     assert result.stats["books"].rejects["contaminated"] == 1
     kept = pq.read_table(output_files(tmp_path / "out" / "documents"), columns=["title"]).column("title").to_pylist()
     assert "Salt and Iron" not in kept and len(kept) == len(list(books.glob("*.txt"))) - 1
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "clean.decontaminate file does not exist: "), ('{"text": "a b c d e f g h i"}\n{oops\n', ":2: not a JSON line")],
+)
+def test_a_missing_or_broken_evaluation_file_is_one_line_before_anything_runs(tmp_path: Path, content: str | None, message: str) -> None:
+    evaluation = tmp_path / "eval.jsonl"
+    if content is not None:
+        evaluation.write_text(content)
+    result = CliRunner().invoke(
+        app, ["build", "--set", f'run.output_dir="{tmp_path / "out"}"', "--set", f'clean.decontaminate=["{evaluation}"]']
+    )
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
+    assert not (tmp_path / "out").exists()
