@@ -98,6 +98,22 @@ def test_finetune_sst2_dev_accuracy_matches_an_independent_count(bert_run, share
     assert (out / "dev_curve.png").stat().st_size > 5_000
 
 
+def test_several_seeds_give_each_run_and_their_mean_and_std(bert_run, shared_data, tmp_path):
+    out = tmp_path / "mrpc"
+    args = ["finetune", str(bert_run), "--task", "mrpc", "--glue-dir", str(shared_data / "glue"), "--out", str(out)]
+    args += ["--epochs", "1", "--max-train-examples", "64", "--max-seq-length", "32", "--seed", "3", "--seeds", "2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "results.json").read_text())
+    runs = [json.loads((out / f"seed-{seed}" / "results.json").read_text()) for seed in (3, 4)]
+    assert summary["seeds"] == [3, 4] and [run["settings"]["seed"] for run in runs] == [3, 4]
+    assert summary["dev_per_seed"] == [run["dev"] for run in runs]
+    assert summary["dev"] == pytest.approx(np.mean(summary["dev_per_seed"]))
+    assert summary["dev_std"] == pytest.approx(np.std(summary["dev_per_seed"], ddof=1))
+    assert summary["metric"] == "f1" and set(summary["dev_metrics"]) == {"f1", "accuracy"}
+    assert "mean of seeds 3, 4" in result.output and f"f1 {summary['dev']:.4f} +- {summary['dev_std']:.4f}" in result.output
+
+
 def test_random_init_keeps_architecture_and_vocabulary_but_not_the_weights(bert_run):
     pretrained = load_file(str(Path(resolve_checkpoint(bert_run)) / WEIGHTS_NAME))
     start, _, _ = load_encoder(bert_run, FinetuneConfig())

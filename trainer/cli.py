@@ -158,13 +158,16 @@ def finetune_command(
     max_seq_length: Annotated[int, typer.Option(help="tokens per example, [CLS] and [SEP]s included")] = FinetuneConfig().max_seq_length,
     max_train_examples: Annotated[Optional[int], typer.Option(help="train on a seeded subset of this many examples")] = None,
     seed: Annotated[int, typer.Option(help="classifier init, data order, dropout and subset")] = 0,
+    seeds: Annotated[
+        int, typer.Option(min=1, help="runs with seeds SEED..SEED+N-1, each in OUT/seed-<s>/; OUT/results.json: per seed, mean and std")
+    ] = 1,
     random_init: Annotated[
         bool, typer.Option("--random-init", help="same architecture and vocabulary, untrained weights (the baseline)")
     ] = False,
     device: Annotated[Optional[str], typer.Option(help="cuda or cpu (default: cuda when available)")] = None,
 ) -> None:
     """Fine-tune a BERT checkpoint on a GLUE task; prints and writes the dev metric beside the majority-class baseline (OUT/results.json)."""
-    from corpusforge.trainer.finetune import finetune
+    from corpusforge.trainer.finetune import finetune, finetune_seeds
 
     try:
         cfg = FinetuneConfig(
@@ -177,7 +180,10 @@ def finetune_command(
             seed=seed,
             random_init=random_init,
         )
-        results = finetune(checkpoint, glue_dir, out, cfg, device=device)
+        if seeds > 1:
+            results = finetune_seeds(checkpoint, glue_dir, out, cfg, seeds, device=device)
+        else:
+            results = finetune(checkpoint, glue_dir, out, cfg, device=device)
     except ValidationError as error:
         fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()))
     except (ValueError, FileNotFoundError) as error:
@@ -189,9 +195,13 @@ def finetune_command(
 def describe_finetune(results: dict[str, Any], path: str) -> list[str]:
     """The dev figures beside those of always answering the commoner label, and a plain verdict when they are no better."""
     baseline, metric = results["majority_baseline"], results["metric"]
-    figures = ", ".join(f"{k} {v:.4f}" for k, v in results["dev_metrics"].items())
+    spread = results.get("dev_metrics_std")  # several seeds: mean +- std
+    figures = ", ".join(f"{k} {v:.4f}" + (f" +- {spread[k]:.4f}" if spread else "") for k, v in results["dev_metrics"].items())
     trivial = ", ".join(f"{k} {v:.4f}" for k, v in baseline.items() if k != "label")
-    lines = [f"{results['task']} dev ({results['dev_examples']} examples): {figures}; majority-class baseline {trivial}; written to {path}"]
+    runs = f", mean of seeds {', '.join(map(str, results['seeds']))}" if "seeds" in results else ""
+    lines = [
+        f"{results['task']} dev ({results['dev_examples']} examples{runs}): {figures}; majority-class baseline {trivial}; written to {path}"
+    ]
     if results["dev"] <= baseline[metric]:
         lines.append(
             f"dev {metric} {results['dev']:.4f} is not above the majority-class baseline {baseline[metric]:.4f} "

@@ -82,7 +82,8 @@ def finetune(
     device: str | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Train the classifier, score dev after every epoch; writes OUT/results.json, dev_predictions.txt, dev_curve.png."""
+    """Train the classifier, score dev after every epoch; writes OUT/results.json, dev_predictions.txt, dev_curve.png
+    (several seeds: ``finetune_seeds``)."""
     task = get_task(cfg.task)
     train_examples, dev_examples = load_task(glue_dir, task)
     train_examples = subset(train_examples, cfg.max_train_examples, cfg.seed)
@@ -136,6 +137,51 @@ def finetune(
         f"{task.name} dev {task.metric}" + (" (random init)" if cfg.random_init else ""),
         storage.join(out_dir, "dev_curve.png"),
     )
+    return results
+
+
+def finetune_seeds(
+    checkpoint: storage.PathLike,
+    glue_dir: storage.PathLike,
+    out_dir: storage.PathLike,
+    cfg: FinetuneConfig,
+    seeds: int,
+    *,
+    device: str | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """``finetune`` with ``seeds`` consecutive seeds from ``cfg.seed``, each into OUT/seed-<s>/; OUT/results.json
+    holds each seed's dev metrics and their mean and sample standard deviation (a single run is noise)."""
+    runs = [
+        finetune(
+            checkpoint,
+            glue_dir,
+            storage.join(out_dir, f"seed-{seed}"),
+            cfg.model_copy(update={"seed": seed}),
+            device=device,
+            progress=progress,
+        )
+        for seed in range(cfg.seed, cfg.seed + seeds)
+    ]
+    first = runs[0]
+    names = list(first["dev_metrics"])
+    values = {name: [run["dev_metrics"][name] for run in runs] for name in names}
+    results = {
+        "task": first["task"],
+        "metric": first["metric"],
+        "seeds": list(range(cfg.seed, cfg.seed + seeds)),
+        "dev_per_seed": values[first["metric"]],
+        "dev": float(np.mean(values[first["metric"]])),
+        "dev_std": float(np.std(values[first["metric"]], ddof=1)) if seeds > 1 else 0.0,
+        "dev_metrics": {name: float(np.mean(v)) for name, v in values.items()},
+        "dev_metrics_std": {name: float(np.std(v, ddof=1)) if seeds > 1 else 0.0 for name, v in values.items()},
+        "majority_baseline": first["majority_baseline"],
+        "dev_examples": first["dev_examples"],
+        "train_examples": first["train_examples"],
+        "runs": [f"seed-{seed}" for seed in range(cfg.seed, cfg.seed + seeds)],
+        "checkpoint": first["checkpoint"],
+    }
+    storage.write_json(storage.join(out_dir, "results.json"), results)
     return results
 
 
