@@ -39,7 +39,6 @@ import ctypes
 import json
 import os
 import random
-import resource
 import shutil
 import statistics
 import subprocess
@@ -54,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 from corpus_factory import make_books  # noqa: E402
-from scale import PeakWatcher  # noqa: E402
+from scale import PeakWatcher, children_cpu  # noqa: E402
 
 from corpusforge.core.config import NearDedupConfig  # noqa: E402
 from corpusforge.corpora.document import make_id  # noqa: E402
@@ -109,7 +108,7 @@ def run(cmd: list[str], log: Path) -> dict:
     This process is made the subreaper of the tree (``PR_SET_CHILD_SUBREAPER``): a descendant orphaned
     by its parent (a fork server, a pool worker) is reaped here, so its CPU counts in RUSAGE_CHILDREN.
     """
-    cpu0, t0 = _children_cpu(), time.perf_counter()
+    cpu0, t0 = children_cpu(), time.perf_counter()
     with open(log, "w") as sink:
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
         watcher = PeakWatcher([proc.pid])
@@ -118,7 +117,7 @@ def run(cmd: list[str], log: Path) -> dict:
         watcher.stop()
     if proc.returncode:
         raise SystemExit(f"{cmd[0]} failed ({proc.returncode}): see {log}")
-    return {"wall": time.perf_counter() - t0, "cpu": _children_cpu() - cpu0, "peak": max(watcher.peaks.values(), default=0)}
+    return {"wall": time.perf_counter() - t0, "cpu": children_cpu() - cpu0, "peak": max(watcher.peaks.values(), default=0)}
 
 
 def _reap_orphans(timeout_s: float = 60.0) -> None:
@@ -134,11 +133,6 @@ def _reap_orphans(timeout_s: float = 60.0) -> None:
                 for child in psutil.Process().children():
                     child.kill()
             time.sleep(0.05)
-
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def corpusforge(books: Path, out: Path, clean: bool) -> tuple[dict, set[str], int]:

@@ -136,14 +136,15 @@ def open_file(path: PathLike, mode: str = "rb", **kwargs: Any) -> IO:
 def read_chunks(path: PathLike, chunk: int = 8 << 20) -> Iterator[bytes]:
     """The file's bytes in order, ``chunk`` at a time; from a store one ranged request per chunk, without
     fsspec's read-ahead block (s3fs's 50 MB cache beside the chunk doubled a download's memory)."""
-    if is_local(path):
-        handle = open(_local(path), "rb")
-    else:
-        fs, inner = filesystem(path)
-        handle = fs.open(inner, "rb", cache_type="none")
-    with handle:
+    with open(_local(path), "rb") if is_local(path) else _open_without_readahead(path) as handle:
         while data := handle.read(chunk):
             yield data
+
+
+def _open_without_readahead(path: PathLike) -> IO:
+    """A store's object opened so that each read is one ranged request for exactly its bytes."""
+    fs, inner = filesystem(path)
+    return fs.open(inner, "rb", cache_type="none")
 
 
 def read_bytes(path: PathLike) -> bytes:
@@ -250,8 +251,10 @@ def local_copies(paths: Sequence[str]) -> Iterator[list[str]]:
 
 
 def sha256(path: PathLike) -> str:
-    with open_file(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+    digest = hashlib.sha256()
+    for chunk in read_chunks(path):
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 # --- writing -------------------------------------------------------------------------------------
@@ -482,8 +485,7 @@ def arrow_input_unmapped(path: PathLike) -> Any:
 
     if is_local(path):
         return pa.OSFile(_local(path), "rb")
-    fs, inner = filesystem(path)  # no read-ahead: each of the reader's ranged reads is one request for exactly its bytes
-    return pa.PythonFile(fs.open(inner, "rb", cache_type="none"), mode="r")
+    return pa.PythonFile(_open_without_readahead(path), mode="r")
 
 
 @contextmanager

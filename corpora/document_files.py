@@ -28,18 +28,11 @@ def iter_row_groups(paths: Sequence[storage.PathLike], columns: Sequence[str]) -
 
 
 def iter_rows(paths: Sequence[storage.PathLike], columns: Sequence[str], batch_rows: int | None = None) -> Iterator[tuple]:
-    """The rows of ``paths`` (in sorted order) as tuples of ``columns``; ``batch_rows``: decoded that many
-    at a time within a row group (for a reader that stops early), else a row group at a time."""
-    if batch_rows is None:
-        for table in iter_row_groups(paths, columns):
-            yield from zip(*(table.column(name).to_pylist() for name in columns))
-        return
-    for path in sorted(map(os.fspath, paths)):
-        with storage.arrow_input_unmapped(path) as source:
-            parquet = pq.ParquetFile(source)
-            for group in range(parquet.num_row_groups):
-                for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=[group], columns=list(columns)):
-                    yield from zip(*(batch.column(name).to_pylist() for name in columns))
+    """The rows of ``paths`` (in sorted order) as tuples of ``columns``, decoded into Python a row group at a
+    time, or ``batch_rows`` at a time (for a reader that stops early)."""
+    for table in iter_row_groups(paths, columns):
+        for batch in table.to_batches(max_chunksize=batch_rows or max(table.num_rows, 1)):
+            yield from zip(*(batch.column(name).to_pylist() for name in columns))
 
 
 def text_bytes(paths: Sequence[storage.PathLike], column: str = "text") -> int:

@@ -214,8 +214,8 @@ def _byte_powers(count: int) -> np.ndarray:
     return _powers
 
 
-def _word_hashes64(data: bytes) -> np.ndarray:
-    """:func:`word_hash64` of every word of normalised bytes, all at once: each byte is weighted by
+def word_hashes64(data: bytes) -> np.ndarray:
+    """:func:`word_hash64` of every word of normalised (non-empty) bytes, all at once (``window_hashes64`` combines them): each byte is weighted by
     B^(its offset in its word), and a segmented sum per word gives the polynomials."""
     raw = np.frombuffer(data, dtype=np.uint8)
     starts, lengths = _word_bounds(data)
@@ -231,12 +231,7 @@ def wordmix_hashes64(data: bytes, ngram: int) -> np.ndarray:
     """:func:`wordmix_hash64` of every shingle of normalised bytes, in shingle order."""
     if not data:
         return np.empty(0, dtype=np.uint64)
-    return window_hashes64(_word_hashes64(data), ngram)
-
-
-def word_hashes64(data: bytes) -> np.ndarray:
-    """The hash of every word of normalised bytes (non-empty), for ``window_hashes64`` at several window lengths."""
-    return _word_hashes64(data)
+    return window_hashes64(word_hashes64(data), ngram)
 
 
 def window_hashes64(words: np.ndarray, ngram: int) -> np.ndarray:

@@ -216,13 +216,12 @@ def _vocabularies(layout: Layout, manifest: dict) -> str:
             continue
         figures, wanted = measured.get(kind, {}), requested.get(key)
         reached = figures.get("size")
-        note = (
-            f"<span class=warn>{reached / wanted:.0%} of the requested size: the corpus ran out of merges</span>"
-            if wanted and reached and reached < wanted
-            else "reached"
-            if reached
-            else "-"
-        )
+        if not reached:  # a vocab stage of an earlier version measured nothing
+            note = "-"
+        elif wanted and reached < wanted:
+            note = f"<span class=warn>{reached / wanted:.0%} of the requested size: the corpus ran out of merges</span>"
+        else:
+            note = "reached"
         fertility = figures.get("tokens_per_word")
         rows.append(
             [
