@@ -34,8 +34,8 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -150,13 +150,18 @@ def create_bucket_examples(
     bases = np.concatenate([[0], np.cumsum([len(d.tokens) for d in docs])]).tolist()
     offsets = [d.offsets.tolist() for d in docs]
     counters: Counter = Counter()
-    parts = []
+    packed, randoms = [], []
     for index, doc in enumerate(docs):
         rng = rng_for(seed, doc.id, dupe)
         spans = _pack_document(index, offsets, bases, cfg, rng, counters)
         if spans is not None:
-            parts.append(_build_examples(spans, tokens, vocab, cfg, rng))
-    examples = BertExamples.concatenate(parts) if parts else _empty_examples(vocab, cfg)
+            packed.append(spans)
+            randoms.append((rng, len(spans["a_doc"])))
+    if packed:
+        spans = {name: np.concatenate([p[name] for p in packed]) for name in packed[0]}
+        examples = _build_examples(spans, tokens, vocab, cfg, DocumentRandoms(randoms))
+    else:
+        examples = _empty_examples(vocab, cfg)
     counters["examples"] += len(examples)
     counters["random_next"] += int(examples.next_sentence_label.sum())
     return examples, counters
@@ -239,13 +244,36 @@ def truncate_seq_pairs(a_len: np.ndarray, b_len: np.ndarray, max_num_tokens: int
     return cut_a, cut_b
 
 
+class DocumentRandoms:
+    """Each document's generator and its rows of a batch of examples.
+
+    A bucket's examples are built together (numpy over all of them, not a few dozen calls per short
+    document); every draw is still made from each document's own generator, for its own rows, in the
+    order the per-document code made them, so the output is the same bit for bit.
+    """
+
+    def __init__(self, generators: Sequence[tuple[np.random.Generator, int]]) -> None:
+        self.generators = generators
+
+    def each(self) -> Iterator[tuple[np.random.Generator, slice]]:
+        """Each document's generator and the slice of its rows."""
+        start = 0
+        for rng, rows in self.generators:
+            yield rng, slice(start, start + rows)
+            start += rows
+
+    def draw(self, take: Callable[[np.random.Generator, slice], np.ndarray]) -> np.ndarray:
+        """``take(generator, its rows)`` for every document, concatenated along the rows."""
+        return np.concatenate([take(rng, rows) for rng, rows in self.each()])
+
+
 def _build_examples(
-    spans: dict[str, np.ndarray], tokens: np.ndarray, vocab: MaskingVocab, cfg: BertConfig, rng: np.random.Generator
+    spans: dict[str, np.ndarray], tokens: np.ndarray, vocab: MaskingVocab, cfg: BertConfig, randoms: DocumentRandoms
 ) -> BertExamples:
-    """Truncate, lay out ``[CLS] A [SEP] B [SEP]`` and mask every example of one document at once."""
+    """Truncate, lay out ``[CLS] A [SEP] B [SEP]`` and mask every example of a bucket at once."""
     cut_a, cut_b = truncate_seq_pairs(spans["a_len"], spans["b_len"], cfg.max_seq_length - 3)
-    a_start = spans["a_start"] + rng.binomial(cut_a, 0.5)  # each trimmed token: front or back, p = 0.5
-    b_start = spans["b_start"] + rng.binomial(cut_b, 0.5)
+    a_start = spans["a_start"] + randoms.draw(lambda rng, rows: rng.binomial(cut_a[rows], 0.5))  # each trimmed token: front or back
+    b_start = spans["b_start"] + randoms.draw(lambda rng, rows: rng.binomial(cut_b[rows], 0.5))
     a_len, b_len = spans["a_len"] - cut_a, spans["b_len"] - cut_b
 
     n, width = len(a_len), cfg.max_seq_length
@@ -266,17 +294,15 @@ def _build_examples(
 
     num_to_predict = np.minimum(cfg.max_predictions_per_seq, np.maximum(1, np.round(length * cfg.masked_lm_prob).astype(np.int64)))
     if cfg.whole_word_mask:
-        positions, replaced = _choose_whole_words(input_ids, real, num_to_predict, vocab, cfg, rng)
+        chosen = [_choose_whole_words(input_ids[rows], real[rows], num_to_predict[rows], vocab, cfg, rng) for rng, rows in randoms.each()]
+        positions, replaced = (np.concatenate(column) for column in zip(*chosen))
     else:
-        positions, replaced = _choose_tokens(real, num_to_predict, cfg, rng)
+        positions, replaced = _choose_tokens(real, num_to_predict, cfg, randoms)
     valid = positions < width
     safe = np.where(valid, positions, 0)
     original = np.take_along_axis(input_ids, safe, axis=1)
-    new_ids = np.where(
-        replaced == 0,
-        vocab.mask,
-        np.where(replaced == 1, original, vocab.random_ids[rng.integers(0, len(vocab.random_ids), positions.shape)]),
-    )
+    draws = randoms.draw(lambda rng, rows: rng.integers(0, len(vocab.random_ids), (rows.stop - rows.start, positions.shape[1])))
+    new_ids = np.where(replaced == 0, vocab.mask, np.where(replaced == 1, original, vocab.random_ids[draws]))
     masked_rows = np.broadcast_to(rows[:, None], positions.shape)
     input_ids[masked_rows[valid], positions[valid]] = new_ids[valid]
     return BertExamples(
@@ -301,11 +327,11 @@ def _replacement_kind(rng: np.random.Generator, shape: tuple[int, ...]) -> np.nd
 
 
 def _choose_tokens(
-    real: np.ndarray, num_to_predict: np.ndarray, cfg: BertConfig, rng: np.random.Generator
+    real: np.ndarray, num_to_predict: np.ndarray, cfg: BertConfig, randoms: DocumentRandoms
 ) -> tuple[np.ndarray, np.ndarray]:
     """The first ``num_to_predict`` candidates of a random order per row, as sorted positions (width = none)."""
     width, p = real.shape[1], cfg.max_predictions_per_seq
-    keys = np.where(real, rng.random(real.shape, dtype=np.float32), np.float32(2.0))
+    keys = np.where(real, randoms.draw(lambda rng, rows: rng.random((rows.stop - rows.start, width), dtype=np.float32)), np.float32(2.0))
     k = min(p, width)
     smallest = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < width else np.argsort(keys, axis=1)
     order = np.take_along_axis(smallest, np.argsort(np.take_along_axis(keys, smallest, axis=1), axis=1), axis=1)
@@ -313,7 +339,7 @@ def _choose_tokens(
     positions = np.sort(np.where(chosen, order, width), axis=1)
     if k < p:
         positions = np.pad(positions, ((0, 0), (0, p - k)), constant_values=width)
-    return positions, _replacement_kind(rng, positions.shape)
+    return positions, randoms.draw(lambda rng, rows: _replacement_kind(rng, (rows.stop - rows.start, p)))
 
 
 def _choose_whole_words(
