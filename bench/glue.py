@@ -13,6 +13,10 @@
 
   nice -n 10 .venv/bin/python bench/glue.py --work /tmp/glue_bench
   .venv/bin/python bench/glue.py --work /tmp/glue_bench --pretrain-steps 200 --tasks sst2 --max-train-examples 2000 --epochs 2
+
+On a GPU machine without Beam (shards built elsewhere and copied to WORK/corpus, vocabulary beside them),
+``--trainer-only`` runs train/finetune through ``corpusforge.trainer.cli`` with this interpreter and
+``--jobs N`` runs N fine-tuning commands at once: bench/glue_gpu.sh, results in bench/glue_gpu.md.
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from corpusforge.shards.reader import read_manifest
@@ -31,6 +37,9 @@ from corpusforge.shards.reader import read_manifest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 CLI = [str(Path(sys.executable).parent / "corpusforge")]  # the console script beside this interpreter
+# --trainer-only: the trainer's own commands (train, finetune, ...) without the build's imports (Beam);
+# -P: the checkout's corpusforge/ folder (cwd) must not shadow the installed package or its PYTHONPATH stand-in
+TRAINER_CLI = [sys.executable, "-P", "-c", "from corpusforge.trainer.cli import app; app()"]
 THREADS = 1  # one thread per command: on a shared 2-core machine a second OpenMP thread mostly spins
 REFERENCE = {"sst2": ("accuracy", 0.859), "cola": ("mcc", 0.0), "mrpc": ("f1", 0.0)}  # BERT-Mini, GLUE test set, Turc et al. 2019
 REFERENCE_NOTE = {
@@ -44,7 +53,7 @@ def run(command: list[str], log: Path) -> float:
     """Run a corpusforge command, its output appended to ``log``; returns the wall seconds."""
     started = time.perf_counter()
     with open(log, "a", encoding="utf-8") as handle:
-        handle.write(f"$ {' '.join(command)}\n")
+        handle.write(f"$ {shlex.join(command)}\n")
         handle.flush()
         done = subprocess.run(
             command, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": str(THREADS)}
@@ -121,6 +130,7 @@ def pretrain(shards: Path, work: Path, args: argparse.Namespace, log: Path) -> t
             f"train.checkpoint_every={args.pretrain_steps}",
             "--set",
             "train.log_every=25",
+            "--compile" if args.compile else "--no-compile",
         ],
         log,
     )
@@ -130,6 +140,7 @@ def pretrain(shards: Path, work: Path, args: argparse.Namespace, log: Path) -> t
 def finetune(checkpoint: Path, task: str, seed: int, random_init: bool, work: Path, args: argparse.Namespace, log: Path) -> dict:
     out = work / "finetune" / f"{task}-{'random' if random_init else 'pretrained'}-seed{seed}"
     if not (out / "results.json").is_file():
+        log = log.with_name(f"{out.name}.log") if args.jobs > 1 else log  # one log per run when they run at once
         command = [
             *CLI,
             "finetune",
@@ -137,7 +148,7 @@ def finetune(checkpoint: Path, task: str, seed: int, random_init: bool, work: Pa
             "--task",
             task,
             "--glue-dir",
-            str(SHARED / "glue"),
+            str(args.glue_dir),
             "--out",
             str(out),
             "--epochs",
@@ -168,6 +179,13 @@ def spread(values: list[float]) -> tuple[float, float]:
     return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def device_name() -> str:
+    """What ``train`` and ``finetune`` run on by default: the first CUDA device's name, else CPU."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, default=Path("/tmp/glue_bench"))
@@ -181,8 +199,15 @@ def main() -> None:
     parser.add_argument("--pretrain-lr", type=float, default=1e-3)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--max-train-examples", type=int, default=2000)
+    parser.add_argument("--max-train-examples", type=int, default=2000, help="0: the whole training set")
+    parser.add_argument("--glue-dir", type=Path, default=SHARED / "glue", help="folder holding SST-2/, CoLA/, MRPC/")
+    parser.add_argument("--jobs", type=int, default=1, help="fine-tuning commands at once (a GPU has room for several)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the pre-training model (CUDA only)")
+    parser.add_argument("--trainer-only", action="store_true", help="train/finetune via corpusforge.trainer.cli (no Beam needed)")
+    parser.add_argument("--results-json", type=Path, default=None, help="every figure as JSON [default: WORK/results.json]")
     args = parser.parse_args()
+    if args.trainer_only:
+        CLI[:] = TRAINER_CLI
 
     args.work.mkdir(parents=True, exist_ok=True)
     log = args.work / "commands.log"
@@ -191,10 +216,12 @@ def main() -> None:
     run_dir, pretrain_seconds = pretrain(shards, args.work, args, log)
     held_out = json.loads((run_dir / "eval.json").read_text(encoding="utf-8"))
     tokens = args.pretrain_steps * args.pretrain_batch * args.seq_len
+    device = device_name()
     print(
         f"corpus: {manifest.examples:,} BERT examples of {args.seq_len} tokens, WordPiece {manifest.vocab.size:,}; "
         f"pre-training: bert-mini, {args.pretrain_steps} steps x {args.pretrain_batch} ({tokens / 1e6:.1f}M tokens, "
-        f"{args.pretrain_steps * args.pretrain_batch / manifest.examples:.2f} epochs) in {pretrain_seconds / 60:.1f} min on CPU; "
+        f"{args.pretrain_steps * args.pretrain_batch / manifest.examples:.2f} epochs) in {pretrain_seconds / 60:.1f} min "
+        f"({tokens / pretrain_seconds:,.0f} tokens/s of wall time, start-up included) on {device}; "
         f"held-out MLM accuracy {held_out['mlm_accuracy']:.3f}, NSP accuracy {held_out['nsp_accuracy']:.3f}",
         flush=True,
     )
@@ -204,29 +231,64 @@ def main() -> None:
         flush=True,
     )
 
-    header = f"{'task':6} {'metric':8} {'init':11} {'per seed':26} {'mean':>7} {'std':>6}"
+    width = max(26, 7 * args.seeds - 1)
+    header = f"{'task':6} {'metric':8} {'init':11} {'per seed':{width}} {'mean':>7} {'std':>6}"
     rows = [header, "-" * len(header)]
-    for task in args.tasks.split(","):
-        figures = {}
-        for random_init in (False, True):
-            values = [finetune(run_dir, task, seed, random_init, args.work, args, log)["dev"] for seed in range(args.seeds)]
-            figures[random_init] = values
-            mean, std = spread(values)
-            metric = REFERENCE[task][0]
+    tasks = args.tasks.split(",")
+    record = {
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "device": device,
+        "corpus": {"examples": manifest.examples, "seq_len": args.seq_len, "vocab_size": manifest.vocab.size},
+        "pretrain": {"tokens": tokens, "wall_s": round(pretrain_seconds, 1), "held_out": held_out},
+        "tasks": {},
+    }
+    results_json = args.results_json or args.work / "results.json"
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # each job is a subprocess: threads only wait
+        runs = {
+            (task, random_init, seed): pool.submit(finetune, run_dir, task, seed, random_init, args.work, args, log)
+            for task in tasks
+            for random_init in (False, True)
+            for seed in range(args.seeds)
+        }
+        started = time.perf_counter()
+        for task in tasks:
+            figures, seconds = {}, {}
+            for random_init in (False, True):
+                results = [runs[task, random_init, seed].result() for seed in range(args.seeds)]
+                values = [r["dev"] for r in results]
+                figures[random_init], seconds[random_init] = values, [r.get("seconds") for r in results]
+                mean, std = spread(values)
+                metric = REFERENCE[task][0]
+                rows.append(
+                    f"{task:6} {metric:8} {'random' if random_init else 'pretrained':11} "
+                    f"{' '.join(f'{v:.4f}' for v in values):{width}} {mean:7.4f} {std:6.4f}"
+                )
+                print(rows[-1], flush=True)
+            (pre_mean, pre_std), (rnd_mean, rnd_std) = spread(figures[False]), spread(figures[True])
+            gap = pre_mean - rnd_mean
             rows.append(
-                f"{task:6} {metric:8} {'random' if random_init else 'pretrained':11} "
-                f"{' '.join(f'{v:.4f}' for v in values):26} {mean:7.4f} {std:6.4f}"
+                f"{task:6} gain of pre-training: {gap:+.4f} = {gap / max(pre_std, rnd_std, 1e-9):+.1f} x the larger std; "
+                f"reference: {REFERENCE_NOTE[task]}"
+                + (f"; ours/reference {pre_mean / REFERENCE[task][1]:.3f}" if REFERENCE[task][1] else "")
             )
-            print(rows[-1], flush=True)
-        (pre_mean, pre_std), (rnd_mean, rnd_std) = spread(figures[False]), spread(figures[True])
-        gap = pre_mean - rnd_mean
-        rows.append(
-            f"{task:6} gain of pre-training: {gap:+.4f} = {gap / max(pre_std, rnd_std, 1e-9):+.1f} x the larger std; "
-            f"reference: {REFERENCE_NOTE[task]}" + (f"; ours/reference {pre_mean / REFERENCE[task][1]:.3f}" if REFERENCE[task][1] else "")
-        )
-        rows.append(f"{task} gain: {100 * gap:+.1f} points (p = {welch_p(figures[False], figures[True]):.4f})")
-        print("\n".join(rows[-2:]), flush=True)
+            p = welch_p(figures[False], figures[True])
+            rows.append(f"{task} gain: {100 * gap:+.1f} points (p = {p:.4f})")
+            print("\n".join(rows[-2:]), flush=True)
+            record["tasks"][task] = {
+                "metric": REFERENCE[task][0],
+                "pretrained": figures[False],
+                "random": figures[True],
+                "pretrained_mean_std": [pre_mean, pre_std],
+                "random_mean_std": [rnd_mean, rnd_std],
+                "gain": gap,
+                "welch_p_one_sided": p,
+                "reference": REFERENCE_NOTE[task],
+                "run_seconds": {"pretrained": seconds[False], "random": seconds[True]},
+                "finetune_wall_s_so_far": round(time.perf_counter() - started, 1),
+            }
+            results_json.write_text(json.dumps(record, indent=1), encoding="utf-8")  # after each task: a cut-off run keeps what finished
     print("\n".join(["", *rows]))
+    print(f"figures written to {results_json}")
 
 
 if __name__ == "__main__":
