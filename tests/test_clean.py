@@ -10,8 +10,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from corpusforge.corpora import clean
 from corpusforge.corpora.books import read_books
-from corpusforge.corpora.clean import dedup_key, normalize_text, word_count
+from corpusforge.corpora.clean import _FTFY, _UNTOUCHED_ASCII, dedup_key, fix_text, normalize_text, word_count
 from corpusforge.corpora.document import Document
 from corpusforge.corpora.language import detect_language, sample_text
 
@@ -97,8 +98,8 @@ def test_sample_text_is_bounded_and_spread_over_the_text() -> None:
 def test_entities_exposed_by_a_repair_are_repaired_but_ampersands_alone_need_no_second_pass(monkeypatch) -> None:
     assert normalize_text("Fish &amp;amp; chips") == "Fish & chips"  # the second layer shows only after the first
     calls = []
-    real = ftfy.fix_text
-    monkeypatch.setattr(ftfy, "fix_text", lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
+    real = clean.fix_text
+    monkeypatch.setattr(clean, "fix_text", lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
     assert normalize_text("Wine, &c.\nand   more") == "Wine, &c. and more"
     assert len(calls) == 1
 
@@ -131,3 +132,36 @@ def test_ftfy_repairs_the_same_with_the_windowed_check(text) -> None:
         assert ours == ftfy.fix_text(text, _FTFY)
     finally:
         ftfy.is_bad = is_bad
+
+
+ASCII_UNTOUCHED = "".join(chr(c) for c in range(128) if _UNTOUCHED_ASCII.fullmatch(chr(c)))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=ASCII_UNTOUCHED + "\n", max_size=200))
+def test_lines_left_out_of_ftfy_are_lines_it_leaves_alone(line: str) -> None:
+    assert ftfy.fix_text(line, _FTFY) == line
+
+
+def test_each_character_kept_from_the_shortcut_is_one_ftfy_changes() -> None:
+    """Why the shortcut excludes them: an entity, a carriage return, a terminal escape, a control character."""
+    for line in ["Fish &amp; chips", "one\r\ntwo", "\x1b[31mred\x1b[0m", "nul\x00byte", "del\x7f"]:
+        assert not _UNTOUCHED_ASCII.fullmatch(line)
+        assert ftfy.fix_text(line, _FTFY) != line
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["plain words", "&amp;", "<b>", "\r", "\n", "\x1b[1m", "\x00", "Ã©", "â€œ", "é", "\u2028", "\x85", " "]),
+        max_size=40,
+    )
+)
+def test_fix_text_is_ftfys_on_any_mix_of_lines(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    assert fix_text(text) == ftfy.fix_text(text, _FTFY)
+
+
+def test_fix_text_is_ftfys_on_the_shared_books(shared_docs: list[Document]) -> None:
+    for doc in shared_docs:
+        assert fix_text(doc.text) == ftfy.fix_text(doc.text, _FTFY), doc.meta["file"]
