@@ -114,6 +114,20 @@ def load_texts(locations: Iterable[tuple[str, str, int]]) -> dict[str, str]:
     return texts
 
 
+def iter_texts(path: str, rows: Iterable[int]) -> Iterator[tuple[int, str]]:
+    """(row, text) of the wanted rows of one spill file, in row order, one record batch in memory at a time."""
+    wanted = sorted(set(rows))
+    at = 0
+    for first, batch in _batches(path):
+        end = first + batch.num_rows
+        column = batch.column("text")
+        while at < len(wanted) and wanted[at] < end:
+            yield wanted[at], column[wanted[at] - first].as_py()
+            at += 1
+        if at == len(wanted):
+            return
+
+
 def scatter(path: str, kept: Iterable[tuple[int, int]], out_dir: str) -> list[tuple[int, str]]:
     """Copy the kept rows ``(row, part)`` of one spill file into one file per part; returns (part, file)."""
     part_of_row = dict(kept)

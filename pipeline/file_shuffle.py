@@ -39,8 +39,8 @@ def bucket_of(key: Any, buckets: int = BUCKETS) -> int:
 class _WriteBuckets(beam.DoFn):
     """(key, value) pairs -> (bucket, file) for each file written: one pickle per bucket per flush."""
 
-    def __init__(self, folder: str, buckets: int) -> None:
-        self.folder, self.buckets = folder, buckets
+    def __init__(self, folder: str, buckets: int, flush_elements: int | None = None) -> None:
+        self.folder, self.buckets, self.flush_elements = folder, buckets, flush_elements
 
     def start_bundle(self) -> None:
         self._pending: defaultdict[int, list] = defaultdict(list)
@@ -49,7 +49,7 @@ class _WriteBuckets(beam.DoFn):
     def process(self, pair: tuple[Any, Any]) -> Iterator[tuple[int, str]]:
         self._pending[bucket_of(pair[0], self.buckets)].append(pair)
         self._count += 1
-        if self._count >= FLUSH_ELEMENTS:
+        if self._count >= (self.flush_elements or FLUSH_ELEMENTS):
             yield from self._flush()
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
@@ -78,11 +78,15 @@ def _group_bucket(item: tuple[int, list[str]]) -> Iterator[tuple[Any, list]]:
 
 
 class FileGroupByKey(beam.PTransform):
-    """``beam.GroupByKey()`` whose elements travel through files under ``folder`` (None: Beam's own)."""
+    """``beam.GroupByKey()`` whose elements travel through files under ``folder`` (None: Beam's own).
 
-    def __init__(self, folder: str | None, buckets: int = BUCKETS) -> None:
+    ``flush_elements``: pairs a producing worker holds before writing them out (None: ``FLUSH_ELEMENTS``);
+    fewer for large values (shingle sets), so that its buffer stays a few tens of MB.
+    """
+
+    def __init__(self, folder: str | None, buckets: int = BUCKETS, flush_elements: int | None = None) -> None:
         super().__init__()
-        self.folder, self.buckets = folder, buckets
+        self.folder, self.buckets, self.flush_elements = folder, buckets, flush_elements
 
     def expand(self, pairs: beam.PCollection) -> beam.PCollection:
         if self.folder is None:
@@ -90,7 +94,7 @@ class FileGroupByKey(beam.PTransform):
         folder = _unique(self.folder)
         return (
             pairs
-            | "WriteBuckets" >> beam.ParDo(_WriteBuckets(folder, self.buckets))
+            | "WriteBuckets" >> beam.ParDo(_WriteBuckets(folder, self.buckets, self.flush_elements))
             | "FilesByBucket" >> beam.GroupByKey()
             | "GroupBucket" >> beam.FlatMap(_group_bucket)
         )
@@ -131,6 +135,25 @@ class FileCoGroupByKey(beam.PTransform):
             | "FilesByBucket" >> beam.GroupByKey()
             | "GroupBucket" >> beam.FlatMap(_group_bucket)
             | "Split" >> beam.Map(split)
+        )
+
+
+class FileDistinct(beam.PTransform):
+    """``beam.Distinct()`` through files: Beam's lifts it into a combine that holds up to 100,000 elements
+    per worker and sends the rest through the runner; here each bucket file is made distinct in turn."""
+
+    def __init__(self, folder: str | None) -> None:
+        super().__init__()
+        self.folder = folder
+
+    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        if self.folder is None:
+            return pcoll | "Distinct" >> beam.Distinct()
+        return (
+            pcoll
+            | "AsKey" >> beam.Map(lambda element: (element, None))
+            | "Group" >> FileGroupByKey(self.folder)
+            | "Key" >> beam.Map(lambda item: item[0])
         )
 
 

@@ -4,17 +4,23 @@ connected components, one deterministic representative per cluster; and Wikipedi
 Stages (each a shuffle, none a single-task step over the whole corpus):
 
 1. the band keys each ``DocRef`` carries (computed when the document was spilled); GroupByKey(band
-   key) -> candidate pairs;
-2. optional exact Jaccard verification: the pair is joined (CoGroupByKey by id) with both references
-   and the two texts are read back from the spill files;
-3. connected components by min-label propagation with pointer jumping, unrolled for
-   ``max_component_rounds`` rounds (a path of n nodes converges in about log2(n) rounds); edges whose
-   endpoints still disagree are counted and resolved exactly by union-find over the residual *label*
-   graph, which is empty once converged and tiny otherwise;
+   key) -> buckets of two or more documents, made distinct (a tight cluster fills the same bucket in
+   many bands);
+2. optional exact Jaccard verification, per bucket: each member's location joins the buckets it is in,
+   each spill file is read once for the documents any bucket needs, and their shingle sets go to the
+   buckets; a worker checks a bucket's candidate pairs skipping those its union-find already connects,
+   and sends on the forest it made. So a cluster of k near-duplicates costs about k checks and k edges,
+   not the k^2 pairs of its buckets (two thirds of 400 B pages near-duplicate: tens of millions of pairs
+   at a few hundred MB), and the components are those of all verified pairs;
+3. connected components by min-label propagation with pointer jumping, each node carrying its
+   neighbours, unrolled for ``max_component_rounds`` rounds (a path of n nodes converges in about
+   log2(n) rounds); edges whose endpoints still disagree are resolved exactly by union-find over the
+   residual *label* graph, which is empty once converged and tiny otherwise;
 4. per component the representative is the longest text, then the smallest id; every other member
    becomes ``Reject(reason="near_duplicate", detail=<representative id>)``.
 
-Only references (``pipeline.document_spill.DocRef``), ids and shingle sets of candidates travel.
+Only references (``pipeline.document_spill.DocRef``), ids and shingle sets of candidates travel; with a
+shuffle folder every shuffle here goes through files (``pipeline.file_shuffle``), none through the runner.
 
 Every choice depends on document ids and texts only, so output is identical whatever the runner,
 bundle order or worker count.
@@ -22,19 +28,23 @@ bundle order or worker count.
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import combinations
 from urllib.parse import urlsplit
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from corpusforge.core.config import NearDedupConfig
 from corpusforge.corpora.document import Reject
 from corpusforge.corpora.minhash import jaccard, s_curve_table, shingle_set
-from corpusforge.pipeline.document_spill import DocRef, banding, load_texts
-from corpusforge.pipeline.file_shuffle import FileCoGroupByKey, FileGroupByKey
+from corpusforge.pipeline.document_spill import DocRef, banding, iter_texts, load_texts
+from corpusforge.pipeline.file_shuffle import FileCoGroupByKey, FileDistinct, FileGroupByKey
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +54,11 @@ KEPT = "kept"
 # buckets are boilerplate clones, and k^2 verified pairs would dominate the stage for no new edges.
 MAX_BUCKET_ALL_PAIRS = 64
 DOC, WEB, WIKI = "d", "w", "k"  # band member tags
+# Documents a verifying worker's union-find holds before it writes its forest out: bounds its memory
+# (~100 B a node), while one forest edge per document replaces the k - 1 verified pairs of each bucket.
+FOREST_NODES = 200_000
+# Shingle sets (8 bytes a shingle) a worker buffers before writing its shuffle files.
+SHINGLE_FLUSH = 5_000
 
 
 def _band_keys(ref: DocRef, tag: str) -> Iterator[tuple[bytes, str]]:
@@ -59,12 +74,65 @@ def _location(ref: DocRef) -> tuple[str, tuple[str, int]]:
 
 def _bucket_pairs(item: tuple[bytes, Iterable[str]]) -> Iterator[tuple[str, str]]:
     """Candidate pairs (smaller id first) among the documents sharing one band."""
-    ids = sorted({member[1:] for member in item[1]})
+    yield from _candidate_pairs(sorted({member[1:] for member in item[1]}))
+
+
+def _candidate_pairs(ids: Sequence[str]) -> Iterator[tuple[str, str]]:
+    """Candidate pairs among a bucket's sorted ids: all of them, or a star and a chain for a huge bucket."""
     if len(ids) <= MAX_BUCKET_ALL_PAIRS:
         yield from combinations(ids, 2)
         return
     yield from ((ids[0], other) for other in ids[1:])
     yield from zip(ids[1:], ids[2:])
+
+
+Bucket = tuple[str, ...]  # the sorted ids of the documents sharing a band key
+
+
+def _bucket_members(item: tuple[bytes, Iterable[str]]) -> Iterator[tuple[Bucket, None]]:
+    """A band bucket of two or more documents as its sorted ids, keyed by them to be made distinct: a tight
+    cluster fills the same bucket in many of the bands, and one check of it is enough."""
+    ids = tuple(sorted({member[1:] for member in item[1]}))
+    if len(ids) > 1:
+        yield ids, None
+
+
+def _star(ids: Bucket) -> Iterator[tuple[str, str]]:
+    """Unverified, every candidate pair of a bucket is an edge: a star links the same documents."""
+    yield from ((ids[0], other) for other in ids[1:])
+
+
+def _bucket_id(ids: Bucket) -> bytes:
+    """A bucket's name on the way to its members and back (128 bits: no two buckets share one)."""
+    return hashlib.blake2b("\n".join(ids).encode("utf-8"), digest_size=16).digest()
+
+
+class _Forest:
+    """Union-find over document ids: pairs already connected by verified pairs need no check."""
+
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self.parent)
+
+    def find(self, x: str) -> str:
+        parent = self.parent
+        root = x
+        while (up := parent.get(root, root)) != root:
+            root = up
+        while x != root:
+            parent[x], x = root, parent[x]
+        return root
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+    def edges(self) -> list[tuple[str, str]]:
+        """(root, member) for every member that is not a root: the same components as the pairs unioned."""
+        return [(self.find(x), x) for x in list(self.parent) if self.find(x) != x]
 
 
 def _cross_pairs(item: tuple[bytes, Iterable[str]]) -> Iterator[tuple[str, str]]:
@@ -127,6 +195,78 @@ class VerifyPairs(beam.PTransform):
         )
 
 
+def _to_spill(item: tuple[str, dict[str, list]]) -> Iterator[tuple[str, tuple[int, str, list[bytes]]]]:
+    """(spill file, (row, id, buckets)) of a document that some bucket needs."""
+    doc_id, group = item
+    if group["bucket"] and group["ref"]:
+        spill, row = min(group["ref"])
+        yield spill, (row, doc_id, sorted(group["bucket"]))
+
+
+def _shingle_rows(item: tuple[str, Iterable[tuple[int, str, list[bytes]]]], ngram: int) -> Iterator[tuple[bytes, tuple[str, bytes]]]:
+    """Each needed document of one spill file read once, its shingle set sent to every bucket it is in."""
+    path, wanted = item
+    by_row = {row: (doc_id, buckets) for row, doc_id, buckets in wanted}
+    for row, text in iter_texts(path, by_row):
+        doc_id, buckets = by_row[row]
+        shingles = shingle_set(text, ngram).tobytes()
+        for bucket in buckets:
+            yield bucket, (doc_id, shingles)
+
+
+class _VerifyBuckets(beam.DoFn):
+    """A bucket's candidate pairs checked in order, skipping those its worker already knows connected
+    (the components stay the same); the verified pairs leave as the forest they make, so a cluster of
+    k documents costs about k checks and k edges, not k^2."""
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+
+    def start_bundle(self) -> None:
+        self._forest = _Forest()
+
+    def process(self, item: tuple[bytes, Iterable[tuple[str, bytes]]]) -> Iterator[tuple[str, str]]:
+        sets = {doc_id: np.frombuffer(shingles, dtype=np.uint64) for doc_id, shingles in item[1]}
+        forest = self._forest
+        for a, b in _candidate_pairs(sorted(sets)):
+            if forest.find(a) != forest.find(b) and jaccard(sets[a], sets[b]) >= self.threshold:
+                forest.union(a, b)
+        if len(forest) >= FOREST_NODES:
+            yield from forest.edges()
+            self._forest = _Forest()
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        for edge in self._forest.edges():
+            yield WindowedValue(edge, MIN_TIMESTAMP, [GlobalWindow()])
+        self._forest = _Forest()
+
+
+class VerifyBuckets(beam.PTransform):
+    """Buckets (sorted ids) -> edges whose components are those of the verified candidate pairs.
+
+    Each document's location goes to the buckets it is in (a join by id), each spill file is read once for
+    the documents any bucket needs, and each needed document's shingle set (not its text) goes to its
+    buckets, where the pairs are checked: per document, work and shuffled bytes grow with the buckets it
+    is in, not with its near-duplicates.
+    """
+
+    def __init__(self, cfg: NearDedupConfig, locations: beam.PCollection, shuffle_dir: str | None = None) -> None:
+        super().__init__()
+        self.cfg, self.locations, self.shuffle_dir = cfg, locations, shuffle_dir
+
+    def expand(self, buckets: beam.PCollection) -> beam.PCollection:
+        requests = buckets | "Requests" >> beam.FlatMap(lambda ids: [(m, _bucket_id(ids)) for m in ids])
+        return (
+            {"bucket": requests, "ref": self.locations}
+            | "JoinRefs" >> FileCoGroupByKey(self.shuffle_dir)
+            | "ToSpill" >> beam.FlatMap(_to_spill)
+            | "BySpill" >> FileGroupByKey(self.shuffle_dir)
+            | "Shingle" >> beam.FlatMap(_shingle_rows, self.cfg.ngram)
+            | "ByBucket" >> FileGroupByKey(self.shuffle_dir, flush_elements=SHINGLE_FLUSH)
+            | "Check" >> beam.ParDo(_VerifyBuckets(self.cfg.threshold))
+        )
+
+
 def _union_find(edges: list[tuple[str, str]]) -> dict[str, str]:
     """Smallest member of each component of a (small) residual graph, for each node."""
     parent: dict[str, str] = {}
@@ -145,91 +285,115 @@ def _union_find(edges: list[tuple[str, str]]) -> dict[str, str]:
     return {x: find(x) for x in parent}
 
 
-class ConnectedComponents(beam.PTransform):
-    """Edges (a, b) -> (node, smallest node id of its component), distributed over the runner."""
+Node = tuple[str, tuple[str, tuple[str, ...]]]  # (node, (label, neighbours))
+OWN, OTHER = 0, 1  # message tags
 
-    def __init__(self, rounds: int) -> None:
+
+def _init(item: tuple[str, Iterable[str]]) -> Node:
+    """A node, labelled with the smallest of itself and its neighbours, carrying its neighbours."""
+    node, others = item
+    neighbours = tuple(sorted(set(others)))
+    return node, (min(node, neighbours[0]), neighbours)
+
+
+def _spread(item: Node) -> Iterator[tuple[str, tuple[str, tuple[str, ...] | None]]]:
+    """A node's label to itself (with its neighbours) and to each neighbour."""
+    node, (label, neighbours) = item
+    yield node, (label, neighbours)
+    for other in neighbours:
+        yield other, (label, None)
+
+
+def _smallest(item: tuple[str, Iterable[tuple[str, tuple[str, ...] | None]]]) -> Iterator[tuple[str, tuple]]:
+    """The smallest label a node received, keyed by that label for the jump; the node's own label to itself."""
+    node, received = item
+    label, neighbours = None, ()
+    for value, carried in received:
+        label = value if label is None or value < label else label
+        if carried is not None:
+            neighbours = carried
+    yield label, (OTHER, node, neighbours)
+    yield node, (OWN, label)
+
+
+def _jump(item: tuple[str, Iterable[tuple]]) -> Iterator[Node]:
+    """Members labelled L take L's own label when it is smaller (it is connected to L, so to them)."""
+    label, values = item
+    values = list(values)
+    own = min((v[1] for v in values if v[0] == OWN), default=label)
+    for value in values:
+        if value[0] == OTHER:
+            yield value[1], (min(label, own), value[2])
+
+
+def _label_messages(item: Node) -> Iterator[tuple[str, tuple[int, str]]]:
+    """A node's label to itself and to each neighbour, to find the edges whose ends still disagree."""
+    node, (label, neighbours) = item
+    yield node, (OWN, label)
+    for other in neighbours:
+        yield other, (OTHER, label)
+
+
+def _residual(item: tuple[str, Iterable[tuple[int, str]]]) -> Iterator[tuple[str, str]]:
+    """(smaller, larger) label of each edge at this node whose ends have different labels."""
+    _, values = item
+    values = list(values)
+    for tag, label in values:
+        if tag == OWN:
+            for other_tag, other in values:
+                if other_tag == OTHER and other != label:
+                    yield min(label, other), max(label, other)
+
+
+class ConnectedComponents(beam.PTransform):
+    """Edges (a, b) -> (node, smallest node id of its component), distributed over the runner.
+
+    Each node travels with its neighbours, so a round is two shuffles (spread the labels and keep the
+    smallest; jump to the label's label), through files under ``shuffle_dir`` when given.
+    """
+
+    def __init__(self, rounds: int, shuffle_dir: str | None = None) -> None:
         super().__init__()
-        self.rounds = rounds
+        self.rounds, self.shuffle_dir = rounds, shuffle_dir
 
     def expand(self, edges: beam.PCollection) -> beam.PCollection:
-        both_ways = edges | "BothWays" >> beam.FlatMap(lambda e: [(e[0], e[1]), (e[1], e[0])])
-        adjacency = both_ways | "Adjacency" >> beam.GroupByKey()
-        labels = adjacency | "Init" >> beam.Map(lambda item: (item[0], min(item[0], *item[1])))
+        shuffle = self.shuffle_dir
+        nodes = (
+            edges
+            | "BothWays" >> beam.FlatMap(lambda e: [(e[0], e[1]), (e[1], e[0])])
+            | "Adjacency" >> FileGroupByKey(shuffle)
+            | "Init" >> beam.Map(_init)
+        )
         for r in range(self.rounds):
-            labels = labels | f"Round{r}" >> _PropagateAndJump(adjacency)
-
-        def label_edge(item: tuple[str, dict[str, list]]) -> Iterator[tuple[str, tuple[str, str]]]:
-            node, group = item
-            for label in group["label"]:
-                for other in group["edge"]:
-                    yield other, (node, label)
-
-        def residual(item: tuple[str, dict[str, list]]) -> Iterator[tuple[str, str]]:
-            _, group = item
-            for label in group["label"]:
-                for _, other_label in group["edge"]:
-                    if other_label != label:
-                        yield min(label, other_label), max(label, other_label)
-
+            nodes = (
+                nodes
+                | f"Spread{r}" >> beam.FlatMap(_spread)
+                | f"Min{r}" >> FileGroupByKey(shuffle)
+                | f"Smallest{r}" >> beam.FlatMap(_smallest)
+                | f"ByLabel{r}" >> FileGroupByKey(shuffle)
+                | f"Jump{r}" >> beam.FlatMap(_jump)
+            )
         leftover = (
-            {
-                "label": labels,
-                "edge": {"label": labels, "edge": both_ways} | "JoinEdge" >> beam.CoGroupByKey() | "LabelEdge" >> beam.FlatMap(label_edge),
-            }
-            | "JoinOther" >> beam.CoGroupByKey()
-            | "Residual" >> beam.FlatMap(residual)
-            | "DistinctResidual" >> beam.Distinct()
+            nodes
+            | "LabelMessages" >> beam.FlatMap(_label_messages)
+            | "AtNode" >> FileGroupByKey(shuffle)
+            | "Residual" >> beam.FlatMap(_residual)
+            | "DistinctResidual" >> FileDistinct(shuffle)
         )
         # The residual graph is gathered under one key and resolved there; its roots are joined back by
         # label (a join, not a side input: the DaskRunner recomputes side inputs inside every task).
         roots = (
             leftover
             | "OneKey" >> beam.Map(lambda edge: (0, edge))
-            | "AllResidual" >> beam.GroupByKey()
+            | "AllResidual" >> FileGroupByKey(shuffle)
             | "UnionFind" >> beam.FlatMap(lambda item: _union_find(list(item[1])).items())
         )
-        by_label = labels | "ByLabel" >> beam.Map(lambda nl: (nl[1], nl[0]))
+        by_label = nodes | "ByLabel" >> beam.Map(lambda item: (item[1][0], item[0]))
         return (
             {"node": by_label, "root": roots}
-            | "JoinRoots" >> beam.CoGroupByKey()
+            | "JoinRoots" >> FileCoGroupByKey(shuffle)
             | "Resolve" >> beam.FlatMap(lambda item: [(node, min(item[1]["root"], default=item[0])) for node in item[1]["node"]])
         )
-
-
-class _PropagateAndJump(beam.PTransform):
-    """One round: each node takes the minimum label among itself and its neighbours, then the label
-    of its label (pointer jumping), which doubles how far a label travels per round."""
-
-    def __init__(self, adjacency: beam.PCollection) -> None:
-        super().__init__()
-        self.adjacency = adjacency
-
-    def expand(self, labels: beam.PCollection) -> beam.PCollection:
-        def spread(item: tuple[str, dict[str, list]]) -> Iterator[tuple[str, str]]:
-            node, group = item
-            for label in group["label"]:
-                yield node, label
-                for neighbours in group["adj"]:
-                    for other in neighbours:
-                        yield other, label
-
-        propagated = (
-            {"label": labels, "adj": self.adjacency}
-            | "Join" >> beam.CoGroupByKey()
-            | "Spread" >> beam.FlatMap(spread)
-            | "Min" >> beam.CombinePerKey(min)
-        )
-        members = propagated | "ByLabel" >> beam.Map(lambda nl: (nl[1], nl[0]))
-        return {"member": members, "own": propagated} | "JoinLabel" >> beam.CoGroupByKey() | "Jump" >> beam.FlatMap(_jump)
-
-
-def _jump(item: tuple[str, dict[str, list]]) -> Iterator[tuple[str, str]]:
-    """Members labelled L take L's own label when it is smaller (it is connected to L, so to it)."""
-    label, group = item
-    own = min(group["own"], default=label)
-    for node in group["member"]:
-        yield node, min(label, own)
 
 
 def _representatives(item: tuple[str, Iterable[tuple[str, int]]]) -> Iterator[tuple[str, str]]:
@@ -263,8 +427,8 @@ def _split(refs: beam.PCollection, rejects: beam.PCollection, shuffle_dir: str |
 class NearDedup(beam.PTransform):
     """PCollection[DocRef] -> tagged outputs ``kept`` (DocRef) and ``rejects`` (near_duplicate).
 
-    With ``shuffle_dir`` the shuffles that carry an element per document go through files there
-    (``pipeline.file_shuffle``); the others carry candidate pairs only.
+    With ``shuffle_dir`` every shuffle goes through files there (``pipeline.file_shuffle``): on the local
+    runners Beam's own would hold an element per document or edge in the launcher and its workers.
     """
 
     def __init__(self, cfg: NearDedupConfig | None = None, shuffle_dir: str | None = None) -> None:
@@ -275,23 +439,26 @@ class NearDedup(beam.PTransform):
         cfg = self.cfg
         bands, rows = banding(cfg)
         log.info("near_dedup: threshold %.2f, num_perm %d\n%s", cfg.threshold, cfg.num_perm, s_curve_table(bands, rows))
-        pairs = (
+        buckets = (
             docs
             | "BandKeys" >> beam.FlatMap(_band_keys, DOC)
             | "ByBand" >> FileGroupByKey(self.shuffle_dir)
-            | "BucketPairs" >> beam.FlatMap(_bucket_pairs)
-            | "DistinctPairs" >> beam.Distinct()
+            | "BucketMembers" >> beam.FlatMap(_bucket_members)
+            | "DistinctBuckets" >> FileGroupByKey(self.shuffle_dir)
+            | "Members" >> beam.Map(lambda item: item[0])
         )
         if cfg.verify:
             by_id = docs | "ById" >> beam.Map(_location)
-            pairs = pairs | "Verify" >> VerifyPairs(cfg, by_id, by_id, self.shuffle_dir)
-        labels = pairs | "Components" >> ConnectedComponents(cfg.max_component_rounds)
+            edges = buckets | "Verify" >> VerifyBuckets(cfg, by_id, self.shuffle_dir)
+        else:
+            edges = buckets | "Star" >> beam.FlatMap(_star)
+        labels = edges | "Components" >> ConnectedComponents(cfg.max_component_rounds, self.shuffle_dir)
         lengths = docs | "Lengths" >> beam.Map(lambda r: (r.id, r.chars))
         duplicates = (
             {"label": labels, "length": lengths}
             | "JoinLengths" >> FileCoGroupByKey(self.shuffle_dir)
             | "ByComponent" >> beam.FlatMap(lambda it: [(lab, (it[0], n)) for lab in it[1]["label"] for n in it[1]["length"]])
-            | "GroupComponent" >> beam.GroupByKey()
+            | "GroupComponent" >> FileGroupByKey(self.shuffle_dir)
             | "Representative" >> beam.FlatMap(_representatives)
             | "AsReject" >> beam.Map(lambda dr: (dr[0], ("near_duplicate", dr[1])))
         )
@@ -330,7 +497,7 @@ class WikipediaRemoval(beam.PTransform):
             | "AllBands" >> beam.Flatten()
             | "ByBand" >> FileGroupByKey(self.shuffle_dir)
             | "CrossPairs" >> beam.FlatMap(_cross_pairs)
-            | "DistinctPairs" >> beam.Distinct()
+            | "DistinctPairs" >> FileDistinct(self.shuffle_dir)
         )
         if cfg.verify:
             web_refs = elsewhere | "WebById" >> beam.Map(_location)

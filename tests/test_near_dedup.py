@@ -68,11 +68,14 @@ def write_sorted(pcoll: beam.PCollection, path: Path) -> None:
 LOOSE_BANDS = NearDedupConfig(bands=32, rows=4, max_component_rounds=2)
 
 
-def run_near_dedup(docs: list[Document], cfg: NearDedupConfig, tmp: Path, mode: str = "in_memory") -> list[tuple[str, ...]]:
-    """Sorted rows ("kept", id) and (reason, id, detail) of a NearDedup run."""
+def run_near_dedup(
+    docs: list[Document], cfg: NearDedupConfig, tmp: Path, mode: str = "in_memory", shuffle: bool = False
+) -> list[tuple[str, ...]]:
+    """Sorted rows ("kept", id) and (reason, id, detail) of a NearDedup run (``shuffle``: through bucket files)."""
     path = tmp / f"out-{mode}-{uuid.uuid4().hex}.txt"
+    shuffle_dir = str(tmp / f"shuffle-{uuid.uuid4().hex}") if shuffle else None
     with beam.Pipeline(options=options(mode)) as p:
-        out = p | beam.Create(docs) | SpillDocuments(str(tmp / f"spill-{uuid.uuid4().hex}"), cfg) | NearDedup(cfg)
+        out = p | beam.Create(docs) | SpillDocuments(str(tmp / f"spill-{uuid.uuid4().hex}"), cfg) | NearDedup(cfg, shuffle_dir)
         rows = (
             out.kept | "K" >> beam.Map(lambda d: f"kept\t{d.id}"),
             out.rejects | "R" >> beam.Map(lambda r: f"{r.reason}\t{r.id}\t{r.detail}"),
@@ -112,6 +115,12 @@ def test_unconverged_components_fall_back_to_exact(corpus, in_memory_rows, tmp_p
 
 def test_same_output_in_memory_and_multi_processing(corpus, in_memory_rows, tmp_path):
     assert run_near_dedup(list(corpus.values()), LOOSE_BANDS, tmp_path, mode="multi_processing") == in_memory_rows
+
+
+def test_same_output_through_file_shuffles(corpus, in_memory_rows, tmp_path):
+    """Every shuffle through bucket files (as the documents job runs it on the local runners), in both modes."""
+    assert run_near_dedup(list(corpus.values()), LOOSE_BANDS, tmp_path, shuffle=True) == in_memory_rows
+    assert run_near_dedup(list(corpus.values()), LOOSE_BANDS, tmp_path, mode="multi_processing", shuffle=True) == in_memory_rows
 
 
 def test_without_verification_the_candidate_is_a_duplicate(corpus, tmp_path):
@@ -184,3 +193,43 @@ def test_band_members_give_the_pairs_of_each_band_key(members) -> None:
         by_key[key].add(doc_id)
     expected = sorted(pair for ids in by_key.values() for pair in combinations(sorted(ids), 2))
     assert sorted(pair for item in buckets.items() for pair in _bucket_pairs(item)) == expected
+
+
+def components(edges: list[tuple[str, str]]) -> set[frozenset[str]]:
+    """The connected components of an edge list, as sets of nodes."""
+    from corpusforge.pipeline.near_dedup import _union_find
+
+    groups: dict[str, set[str]] = {}
+    for node, root in _union_find(edges).items():
+        groups.setdefault(root, set()).add(node)
+    return {frozenset(g) for g in groups.values()}
+
+
+@given(
+    st.lists(st.frozensets(st.integers(0, 5), max_size=4), min_size=2, max_size=12),
+    st.lists(st.lists(st.integers(0, 11), min_size=2, max_size=8), max_size=10),
+    st.integers(1, 6),
+)
+def test_checking_buckets_with_a_forest_keeps_the_components(shingles, buckets, forest_nodes) -> None:
+    """Skipping pairs already connected, and flushing the forest every few nodes, leaves the components of
+    all verified candidate pairs unchanged (threshold 0.5 on tiny shingle sets: many pairs fail)."""
+    from unittest import mock
+
+    import numpy as np
+
+    from corpusforge.corpora.minhash import jaccard
+    from corpusforge.pipeline import near_dedup
+    from corpusforge.pipeline.near_dedup import _candidate_pairs, _VerifyBuckets
+
+    ids = [f"id{i:02d}" for i in range(len(shingles))]
+    sets = {doc_id: np.array(sorted(s), dtype=np.uint64) for doc_id, s in zip(ids, shingles)}
+    members = [tuple(sorted({ids[i % len(ids)] for i in bucket})) for bucket in buckets]
+    members = [m for m in members if len(m) > 1]
+    expected = [pair for m in members for pair in _candidate_pairs(m) if jaccard(sets[pair[0]], sets[pair[1]]) >= 0.5]
+    check, edges = _VerifyBuckets(0.5), []
+    with mock.patch.object(near_dedup, "FOREST_NODES", forest_nodes):
+        check.start_bundle()
+        for m in members:
+            edges.extend(check.process((b"", [(doc_id, sets[doc_id].tobytes()) for doc_id in m])))
+        edges.extend(value.value for value in check.finish_bundle())
+    assert components(edges) == components(expected)
