@@ -13,9 +13,9 @@ folder is: a local folder they share, or a URI. Without a folder, Beam's own tra
 
 from __future__ import annotations
 
-import hashlib
 import pickle
 import uuid
+import zlib
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -32,8 +32,16 @@ FLUSH_ELEMENTS = 100_000  # pairs a worker holds before writing them out
 
 
 def bucket_of(key: Any, buckets: int = BUCKETS) -> int:
-    """The same bucket for the same key in every process (``hash`` is salted per process)."""
-    return int.from_bytes(hashlib.blake2b(repr(key).encode("utf-8"), digest_size=8).digest(), "little") % buckets
+    """The same bucket for the same key in every process (``hash`` is salted per process): CRC-32 of a
+    str's or bytes' own bytes, of ``repr`` for other keys. Every shuffled element is hashed, and this is
+    about 5x cheaper than blake2b of the repr (near-dedup shuffles ~14 band keys per document)."""
+    if isinstance(key, str):
+        data = key.encode("utf-8")
+    elif isinstance(key, bytes):
+        data = key
+    else:
+        data = repr(key).encode("utf-8")
+    return zlib.crc32(data) % buckets
 
 
 class _WriteBuckets(beam.DoFn):
