@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from itertools import chain, compress
+from itertools import chain, compress, repeat
 from typing import Sequence
 
 import numpy as np
@@ -164,7 +164,10 @@ class SentenceEncoder:
         """Ids of word lists (sentences ended by the mark): each distinct word through the model once, then a gather."""
         if len(self._word_index) > WORD_CACHE_SIZE:
             self._clear_words()
-        new = sorted(set().union(*map(set, words)).difference(self._word_index))
+        known = self._word_index.get  # one pass over the words: their rows, -1 for a word not seen yet
+        codes = [np.fromiter(map(known, text_words, repeat(-1)), dtype=np.int64, count=len(text_words)) for text_words in words]
+        unseen = [(i, np.flatnonzero(c < 0)) for i, c in enumerate(codes) if len(c) and c.min() < 0]
+        new = sorted({words[i][j] for i, positions in unseen for j in positions.tolist()})
         if new:
             encodings = self._raw.encode_batch_fast(new, add_special_tokens=False)
             lengths = np.fromiter(map(len, encodings), dtype=np.int64, count=len(new))
@@ -173,16 +176,17 @@ class SentenceEncoder:
             self._word_starts = np.concatenate([self._word_starts, len(self._word_ids) + np.cumsum(lengths) - lengths])
             self._word_lengths = np.concatenate([self._word_lengths, lengths])
             self._word_ids = np.concatenate([self._word_ids, ids])
+        for i, positions in unseen:
+            codes[i][positions] = [self._word_index[words[i][j]] for j in positions.tolist()]
         out = []
-        for text_words, count in zip(words, counts):
+        for text_codes, count in zip(codes, counts):
             if count == 0:
                 out.append((np.zeros(0, dtype=self._dtype), np.zeros(0, dtype=np.int64)))
                 continue
-            codes = np.fromiter(map(self._word_index.__getitem__, text_words), dtype=np.int64, count=len(text_words))
-            lengths = self._word_lengths[codes]
+            lengths = self._word_lengths[text_codes]
             ends = np.cumsum(lengths)
-            index = np.repeat(self._word_starts[codes] - (ends - lengths), lengths) + np.arange(int(ends[-1]) if len(ends) else 0)
-            marks = np.flatnonzero(codes == 0)
+            index = np.repeat(self._word_starts[text_codes] - (ends - lengths), lengths) + np.arange(int(ends[-1]) if len(ends) else 0)
+            marks = np.flatnonzero(text_codes == 0)
             if len(marks) != count - 1:
                 raise AssertionError(f"{len(marks)} sentence marks for {count} sentences")
             bounds = np.concatenate([[0], ends[marks], [ends[-1] if len(ends) else 0]])
