@@ -29,9 +29,22 @@ _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 _INVISIBLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u200b\u2060\ufeff]")
 _NON_WORD = re.compile(r"[\W_]+")
 _MAX_REPAIRS = 8  # nested mojibake layers; real text settles after one or two
-# A line of ASCII without "&" (an HTML entity), "\r" (a line break to unify), ESC (a terminal escape) or
-# another control character is one that none of ftfy's fixers changes (tests/test_clean.py checks each).
-_UNTOUCHED_ASCII = re.compile(r"[^&\x00-\x08\x0b-\x1f\x7f]*")
+# The characters some ftfy fixer rewrites wherever they stand: "&" (HTML entities), ASCII and C1 controls
+# (ESC of terminal escapes among them), line breaks to unify, surrogates, ligatures, wide and narrow forms.
+# A line without any of them that is NFC already and not mojibake (``is_bad``) is one no fixer changes.
+_TOUCHED = re.compile(
+    "["
+    + "".join(
+        re.escape(chr(point))
+        for point in sorted(
+            {ord("&"), ord("\r"), 0x2028, 0x2029, *range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)}
+            | set(ftfy.chardata.LIGATURES)
+            | set(ftfy.chardata.WIDTH_MAP)
+            | set(ftfy.chardata.CONTROL_CHARS)
+        )
+    )
+    + "\ud800-\udfff]"
+)
 
 
 def normalize_text(text: str, fix_unicode: bool = True) -> str:
@@ -55,8 +68,9 @@ def normalize_text(text: str, fix_unicode: bool = True) -> str:
 def fix_text(text: str, config: ftfy.TextFixerConfig = _FTFY) -> str:
     """``ftfy.fix_text``, line by line as it works, with the lines that no fixer changes left out.
 
-    ftfy runs a dozen fixers over each line at least twice (until a pass changes nothing); on Wikipedia
-    text three lines in four are plain ASCII, so this is ftfy's own loop with that shortcut. ftfy's
+    ftfy runs a dozen fixers over each line at least twice (until a pass changes nothing), though nearly
+    every line of real text is one none of them changes (``_TOUCHED``); this is ftfy's own loop, with
+    those lines passed over. ftfy's
     ``"auto"`` HTML rule (no unescaping once a line has held "<") is kept, line by line, as it applies it.
     """
     out = []
@@ -66,7 +80,7 @@ def fix_text(text: str, config: ftfy.TextFixerConfig = _FTFY) -> str:
         line = text[position:end]
         if config.unescape_html == "auto" and "<" in line:
             config = config._replace(unescape_html=False)
-        untouched = line.isascii() and _UNTOUCHED_ASCII.fullmatch(line) is not None
+        untouched = _TOUCHED.search(line) is None and (line.isascii() or unicodedata.is_normalized("NFC", line) and not is_bad(line))
         out.append(line if untouched else ftfy.fix_and_explain(line, config).text)
         position = end
     return "".join(out)

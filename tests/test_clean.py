@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 
 import ftfy
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from corpusforge.corpora import clean
 from corpusforge.corpora.books import read_books
-from corpusforge.corpora.clean import _FTFY, _UNTOUCHED_ASCII, dedup_key, fix_text, normalize_text, word_count
+from corpusforge.corpora.clean import _FTFY, dedup_key, fix_text, normalize_text, word_count
 from corpusforge.corpora.document import Document
 from corpusforge.corpora.language import detect_language, sample_text
 
@@ -134,26 +135,63 @@ def test_ftfy_repairs_the_same_with_the_windowed_check(text) -> None:
         ftfy.is_bad = is_bad
 
 
-ASCII_UNTOUCHED = "".join(chr(c) for c in range(128) if _UNTOUCHED_ASCII.fullmatch(chr(c)))
+LINE_CHARACTERS = "abcXYZ 09.,;:!?'\"-()\t" + "éèçñüßØÆœ“”‘’—–…«»·°€£¥中文日本語Привет" + "\u0301\u0308"  # + combining marks
 
 
-@settings(max_examples=400, deadline=None)
-@given(st.text(alphabet=ASCII_UNTOUCHED + "\n", max_size=200))
-def test_lines_left_out_of_ftfy_are_lines_it_leaves_alone(line: str) -> None:
-    assert ftfy.fix_text(line, _FTFY) == line
+def _passed_over(line: str) -> bool:
+    return clean._TOUCHED.search(line) is None and (line.isascii() or unicodedata.is_normalized("NFC", line) and not clean.is_bad(line))
 
 
-def test_each_character_kept_from_the_shortcut_is_one_ftfy_changes() -> None:
-    """Why the shortcut excludes them: an entity, a carriage return, a terminal escape, a control character."""
-    for line in ["Fish &amp; chips", "one\r\ntwo", "\x1b[31mred\x1b[0m", "nul\x00byte", "del\x7f"]:
-        assert not _UNTOUCHED_ASCII.fullmatch(line)
-        assert ftfy.fix_text(line, _FTFY) != line
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=LINE_CHARACTERS, max_size=120))
+def test_lines_passed_over_are_lines_ftfy_leaves_alone(line: str) -> None:
+    if _passed_over(line):
+        assert ftfy.fix_text(line, _FTFY) == line
+
+
+def test_each_kind_of_line_kept_for_ftfy_is_one_it_changes() -> None:
+    """Why each is excluded: an entity, a carriage return, a terminal escape, a control character, a
+    ligature, a wide form, a line separator, a decomposed accent, mojibake."""
+    for line in [
+        "Fish &amp; chips",
+        "one\r\ntwo",
+        "\x1b[31mred\x1b[0m",
+        "nul\x00byte",
+        "de\ufb01ne",
+        "\uff21BC",
+        "a\u2028b",
+        "cafe\u0301",
+        "cafÃ©",
+    ]:
+        assert not _passed_over(line), repr(line)
+        assert ftfy.fix_text(line, _FTFY) != line, repr(line)
 
 
 @settings(max_examples=400, deadline=None)
 @given(
     st.lists(
-        st.sampled_from(["plain words", "&amp;", "<b>", "\r", "\n", "\x1b[1m", "\x00", "Ã©", "â€œ", "é", "\u2028", "\x85", " "]),
+        st.sampled_from(
+            [
+                "plain words",
+                "&amp;",
+                "<b>",
+                "\r",
+                "\n",
+                "\x1b[1m",
+                "\x00",
+                "Ã©",
+                "â€œ",
+                "é",
+                "“quoted”",
+                "\u2028",
+                "\x85",
+                " ",
+                "\ufb01",
+                "\uff21",
+                "e\u0301",
+                "中文",
+            ]
+        ),
         max_size=40,
     )
 )
