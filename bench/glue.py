@@ -17,6 +17,7 @@
 On a GPU machine without Beam (shards built elsewhere and copied to WORK/corpus, vocabulary beside them),
 ``--trainer-only`` runs train/finetune through ``corpusforge.trainer.cli`` with this interpreter and
 ``--jobs N`` runs N fine-tuning commands at once: bench/glue_gpu.sh, results in bench/glue_gpu.md.
+``--pretrain-set`` and ``--random-from`` compare pre-training recipes against one random-init arm: bench/glue_sweep.sh.
 """
 
 from __future__ import annotations
@@ -131,6 +132,7 @@ def pretrain(shards: Path, work: Path, args: argparse.Namespace, log: Path) -> t
             "--set",
             "train.log_every=25",
             "--compile" if args.compile else "--no-compile",
+            *(item for kv in args.pretrain_set for item in ("--set", f"train.{kv}")),
         ],
         log,
     )
@@ -139,6 +141,12 @@ def pretrain(shards: Path, work: Path, args: argparse.Namespace, log: Path) -> t
 
 def finetune(checkpoint: Path, task: str, seed: int, random_init: bool, work: Path, args: argparse.Namespace, log: Path) -> dict:
     out = work / "finetune" / f"{task}-{'random' if random_init else 'pretrained'}-seed{seed}"
+    if random_init and args.random_from:  # another WORK's random-init arm (same corpus and model), shared by several recipes
+        out, deadline = args.random_from / "finetune" / out.name, time.monotonic() + args.random_wait_s
+        while not (out / "results.json").is_file():
+            if time.monotonic() > deadline:
+                raise SystemExit(f"no {out / 'results.json'} after {args.random_wait_s:.0f} s (--random-from)")
+            time.sleep(2)
     if not (out / "results.json").is_file():
         log = log.with_name(f"{out.name}.log") if args.jobs > 1 else log  # one log per run when they run at once
         command = [
@@ -197,6 +205,22 @@ def main() -> None:
     parser.add_argument("--pretrain-steps", type=int, default=1000)
     parser.add_argument("--pretrain-batch", type=int, default=32)
     parser.add_argument("--pretrain-lr", type=float, default=1e-3)
+    parser.add_argument(
+        "--pretrain-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another pre-training setting, passed as --set train.KEY=VALUE (e.g. dropout=0.0); repeatable",
+    )
+    parser.add_argument(
+        "--random-from",
+        type=Path,
+        default=None,
+        metavar="WORK2",
+        help="read the random-init arm from WORK2/finetune (another run of this script on the same corpus and model, "
+        "waited for) instead of fine-tuning it here: several pre-training recipes against one baseline",
+    )
+    parser.add_argument("--random-wait-s", type=float, default=900, help="how long to wait for --random-from's runs")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--max-train-examples", type=int, default=2000, help="0: the whole training set")
