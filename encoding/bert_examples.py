@@ -44,6 +44,10 @@ from corpusforge.core.config import BertConfig
 from corpusforge.core.hashing import rng_for
 from corpusforge.encoding.sentence_tokens import SentenceEncoder
 
+# Examples built together: numpy over many short documents at once, while the [rows, max_seq_length]
+# temporaries of a bucket of long books stay a few MB.
+BUILD_ROWS = 4096
+
 
 @dataclass(frozen=True, slots=True)
 class TokenizedDocument:
@@ -150,18 +154,19 @@ def create_bucket_examples(
     bases = np.concatenate([[0], np.cumsum([len(d.tokens) for d in docs])]).tolist()
     offsets = [d.offsets.tolist() for d in docs]
     counters: Counter = Counter()
-    packed, randoms = [], []
+    parts, packed, randoms, rows = [], [], [], 0
     for index, doc in enumerate(docs):
         rng = rng_for(seed, doc.id, dupe)
         spans = _pack_document(index, offsets, bases, cfg, rng, counters)
         if spans is not None:
             packed.append(spans)
             randoms.append((rng, len(spans["a_doc"])))
-    if packed:
-        spans = {name: np.concatenate([p[name] for p in packed]) for name in packed[0]}
-        examples = _build_examples(spans, tokens, vocab, cfg, DocumentRandoms(randoms))
-    else:
-        examples = _empty_examples(vocab, cfg)
+            rows += len(spans["a_doc"])
+        if packed and (rows >= BUILD_ROWS or index == len(docs) - 1):
+            spans = {name: np.concatenate([p[name] for p in packed]) for name in packed[0]}
+            parts.append(_build_examples(spans, tokens, vocab, cfg, DocumentRandoms(randoms)))
+            packed, randoms, rows = [], [], 0
+    examples = BertExamples.concatenate(parts) if parts else _empty_examples(vocab, cfg)
     counters["examples"] += len(examples)
     counters["random_next"] += int(examples.next_sentence_label.sum())
     return examples, counters
