@@ -31,22 +31,7 @@ T0=$(date +%s)
 stamp() { echo "$(date +%T) +$(($(date +%s) - T0))s $*" | tee -a "$OUT/progress.txt"; }
 mkdir -p "$OUT" "$BASE"
 
-WHEELS=${WHEELS:-$ROOT/.whl}
-if compgen -G "$WHEELS/*.whl" >/dev/null; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHEELS"/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-SHIM=$(mktemp -d)
-mkdir "$SHIM/corpusforge"
-ln -s "$ROOT"/corpusforge/* "$SHIM/corpusforge/"
-for layer in core corpora encoding shards pipeline trainer; do ln -s "$ROOT/$layer" "$SHIM/corpusforge/$layer"; done
-export PYTHONPATH=$SHIM${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-
-{
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"
-  nproc
-  $PY -P -c 'import sys, torch, pydantic, corpusforge.trainer.cli as c; print(sys.version.split()[0], torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name(0), pydantic.__version__, c.__file__)'
-} 2>&1 | tee "$OUT/env.txt"
+source "$ROOT/bench/gpu_env.sh"  # wheels, the corpusforge shim, OUT/env.txt
 stamp "set-up done"
 
 # every finished fine-tuning run (dev accuracy, per-epoch curve, seconds) and the pre-training record -> OUT/runs.json

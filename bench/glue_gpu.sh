@@ -31,21 +31,7 @@ MAX_TRAIN=${MAX_TRAIN:-0}     # 0: the whole training set
 LIMIT_S=${LIMIT_S:-420}       # glue.py is stopped after this, so logs still come back
 mkdir -p "$OUT"
 
-WHEELS=${WHEELS:-$ROOT/.whl}
-if compgen -G "$WHEELS/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHEELS"/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-SHIM=$(mktemp -d)
-mkdir "$SHIM/corpusforge"
-ln -s "$ROOT"/corpusforge/* "$SHIM/corpusforge/"
-for layer in core corpora encoding shards pipeline trainer; do ln -s "$ROOT/$layer" "$SHIM/corpusforge/$layer"; done
-export PYTHONPATH=$SHIM${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-
-{
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"
-  python3 -P -c 'import sys, torch, pydantic, corpusforge.trainer.cli as c; print(sys.version.split()[0], torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name(0), pydantic.__version__, c.__file__)'
-} 2>&1 | tee "$OUT/env.txt"
+source "$ROOT/bench/gpu_env.sh"  # wheels, the corpusforge shim, OUT/env.txt
 
 status=0
 timeout "$LIMIT_S" python3 bench/glue.py --trainer-only --work "$WORK" --glue-dir "$ROOT/.gpu/glue" --tasks "$TASKS" --seeds "$SEEDS" \
