@@ -505,3 +505,17 @@ def test_sigterm_writes_a_checkpoint_before_stopping(labelled, tmp_path, monkeyp
     a = load_file(str(Path(checkpoint_dir(tmp_path / "run", 6)) / WEIGHTS_NAME))
     b = load_file(str(Path(checkpoint_dir(tmp_path / "straight", 6)) / WEIGHTS_NAME))
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_diverging_run_stops_with_one_line_instead_of_training_on_nan(labelled, tmp_path):
+    """lr 1e30 overflows the weights after one step: the next gradient is NaN, and the run says so and stops."""
+    from corpusforge.trainer.loop import TrainingDiverged
+
+    cfg = TrainConfig(
+        model="bert-tiny", steps=10, batch_size=8, lr=1e30, warmup_steps=0, log_every=1, checkpoint_every=1, holdout_examples=0
+    )
+    with pytest.raises(TrainingDiverged, match=r"training diverged at step \d+: gradient norm nan .* try a lower train.lr") as error:
+        train(cfg, labelled["bert"], tmp_path / "run", progress=False)
+    step = int(str(error.value).split("step ")[1].split(":")[0])
+    saved = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert saved == [Path(checkpoint_dir(tmp_path / "run", s)).name for s in range(1, step)]  # none with or after the NaN

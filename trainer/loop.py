@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -120,6 +121,10 @@ def run_steps(run: Run, log: MetricsLog, stop: StopRequest, progress: bool) -> d
     return {**record, "run_tokens_per_s": tokens_per_step(run) * steps / seconds if seconds else 0.0}
 
 
+class TrainingDiverged(ValueError):
+    """The loss or its gradient stopped being finite: every later step would train on NaN weights."""
+
+
 def train_step(run: Run, batches: Iterator[Batch], step: int) -> tuple[torch.Tensor, float, float]:
     """One optimizer step over ``run.accum`` micro-batches: (summed loss/accuracy counters, grad norm, lr used)."""
     world, task = run.world, run.task
@@ -135,6 +140,11 @@ def train_step(run: Run, batches: Iterator[Batch], step: int) -> tuple[torch.Ten
         sums = step_sums if sums is None else sums + step_sums
     grad_norm = nn.utils.clip_grad_norm_(run.model.parameters(), run.cfg.grad_clip)
     lr = run.optimizer.param_groups[0]["lr"]  # the rate this step used (the scheduler moves on below)
+    if not math.isfinite(grad_norm):  # bf16 autocast has no loss scaler: a non-finite gradient is a divergence
+        raise TrainingDiverged(
+            f"training diverged at step {step + 1}: gradient norm {float(grad_norm)} at learning rate {lr:.2e}; "
+            "no update was made with it and the newest checkpoint is from before; try a lower train.lr"
+        )
     run.optimizer.step()
     run.scheduler.step()
     run.optimizer.zero_grad(set_to_none=True)
