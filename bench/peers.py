@@ -28,8 +28,17 @@ Differences between the two pipelines, by design of each tool (none is tuned her
 - Output: ours one Parquet part per worker with id/source/title/url/text/meta plus a rejects table
   with a reason per removed document; datatrove's Parquet per task plus exclusion JSONL.
 
+Second row, GPT tokens (``--gpt``): from the documents our last run kept, both tools make GPT training
+tokens with the same byte-level BPE ``tokenizer.json`` (ours, trained by an untimed ``vocab`` stage on those
+documents). Ours: ``corpusforge build`` with ``run.stages=["gpt"]`` (windows of ``gpt.seq_len`` + 1 tokens,
+"<|endoftext|>" between documents, globally shuffled Arrow shards with a manifest and sha256, the report
+rewritten). datatrove: ``ParquetReader -> DocumentTokenizer`` (``--workers`` tasks, "<|endoftext|>" after each
+document, chunks of ``seq_len`` tokens shuffled per task) then ``DocumentTokenizerMerger`` (one file, chunks
+shuffled across tasks), as its training-data recipes do. Both whole commands are timed; tokens are compared.
+
     .venv/bin/python bench/peers.py --mb 100              # ~1 MB books
     .venv/bin/python bench/peers.py --mb 100 --doc-kb 4   # Wikipedia-shaped: ~4 KB documents
+    .venv/bin/python bench/peers.py --mb 50 --doc-kb 4 --repeat 1 --gpt   # and the GPT tokens row
 """
 
 from __future__ import annotations
@@ -55,9 +64,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 from corpus_factory import make_books  # noqa: E402
 from scale import PeakWatcher, children_cpu  # noqa: E402
 
-from corpusforge.core.config import NearDedupConfig  # noqa: E402
+from corpusforge.core.config import GptConfig, NearDedupConfig  # noqa: E402
 from corpusforge.corpora.document import make_id  # noqa: E402
 from corpusforge.pipeline.document_spill import banding  # noqa: E402
+from corpusforge.shards.reader import read_manifest  # noqa: E402
 
 SHARED_BOOKS = ROOT.parent / "shared" / "data" / "books"
 DATATROVE = "datatrove[io,processing]==0.10.1"
@@ -148,6 +158,42 @@ def corpusforge(books: Path, out: Path, clean: bool) -> tuple[dict, set[str], in
     return figures, removed, kept
 
 
+def corpusforge_gpt(books: Path, out: Path) -> tuple[dict, int]:
+    """Our GPT shards from the documents in ``out``: the BPE vocabulary first (untimed), then the timed build."""
+    cmd = [str(Path(sys.executable).parent / "corpusforge"), "build", "--quiet"]
+    cmd += ["--set", f'books.paths=["{books}"]', "--set", f'run.output_dir="{out}"', "--set", 'vocab.kinds=["bpe"]']
+    subprocess.run([*cmd, "--set", 'run.stages=["vocab"]'], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    figures = run([*cmd, "--set", 'run.stages=["gpt"]'], out.with_name(out.name + "-gpt.log"))
+    return figures, read_manifest(out / "shards" / "gpt").tokens
+
+
+def datatrove_gpt(python: Path, documents: Path, tokenizer: Path, out: Path, workers: int, seq_len: int) -> tuple[dict, int]:
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [str(python), str(ROOT / "bench" / "peers_datatrove.py"), str(documents), str(out), "--workers", str(workers)]
+    cmd += ["--tokens", str(tokenizer), "--seq-len", str(seq_len)]
+    figures = run(cmd, out.with_suffix(".log"))
+    return figures, sum(path.stat().st_size for path in (out / "merged").glob("*.ds")) // 2  # uint16 tokens
+
+
+def gpt_rows(python: Path, books: Path, ours: Path, work: Path, workers: int, repeat: int) -> float:
+    """The GPT tokens row, runs interleaved; returns datatrove's median CPU over ours."""
+    seq_len = GptConfig().seq_len
+    cpu: dict[str, list[float]] = {"corpusforge": [], "datatrove": []}
+    for attempt in range(repeat):
+        for tool in ("corpusforge", "datatrove"):
+            if tool == "corpusforge":
+                figures, tokens = corpusforge_gpt(books, ours)
+            else:
+                tokenizer = ours / "vocab" / "bpe" / "tokenizer.json"
+                figures, tokens = datatrove_gpt(python, ours / "documents", tokenizer, work / f"datatrove-gpt-{attempt}", workers, seq_len)
+            cpu[tool].append(figures["cpu"])
+            print(
+                f"{tool + f' gpt #{attempt + 1}':18s} {figures['wall']:8.1f} {figures['cpu']:8.1f} {figures['peak'] / 2**20:8.0f} {tokens:>12,d} tokens",
+                flush=True,
+            )
+    return statistics.median(cpu["datatrove"]) / statistics.median(cpu["corpusforge"])
+
+
 def datatrove(python: Path, books: Path, out: Path, workers: int, bands: int, rows: int) -> tuple[dict, set[str], int]:
     shutil.rmtree(out, ignore_errors=True)
     cmd = [str(python), str(ROOT / "bench" / "peers_datatrove.py"), str(books), str(out), "--workers", str(workers)]
@@ -189,6 +235,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="datatrove's processes (ours: every core)")
     parser.add_argument("--no-clean", action="store_true", help="leave our clean stage out (datatrove runs none)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/corpusforge-peers"))
+    parser.add_argument("--gpt", action="store_true", help="also the GPT tokens row, on the documents our last run kept")
     args = parser.parse_args()
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)  # see ``run``
     args.work.mkdir(parents=True, exist_ok=True)
@@ -226,6 +273,10 @@ def main() -> None:
     for name in sorted((ours ^ theirs) - kept_differs)[:10]:
         print(f"  {name}: removed by {'corpusforge' if name in ours else 'datatrove'} only (planted copy of {planted.get(name, '-')})")
     ratio = statistics.median(cpu["datatrove"]) / statistics.median(cpu["corpusforge"])
+    if args.gpt:
+        print(f"{'GPT tokens':18s} {'wall s':>8s} {'CPU s':>8s} {'peak MB':>8s}")
+        gpt_ratio = gpt_rows(python, books, args.work / f"corpusforge-{args.repeat - 1}", args.work, args.workers, args.repeat)
+        print(f"gpt tokens: datatrove CPU / corpusforge CPU = {gpt_ratio:.2f}x")
     print(f"documents job: datatrove CPU / corpusforge CPU = {ratio:.2f}x")
 
 

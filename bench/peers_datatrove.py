@@ -7,6 +7,11 @@ Plain-text books (one file = one document; datatrove has no plain-text reader, s
 go to exclusion writers (JSONL) so ``peers.py`` can compare the removal sets.
 
     python bench/peers_datatrove.py BOOKS_DIR WORK_DIR --workers 2 --bands 14 --rows 9 --ngram 5 --seed 1
+
+With ``--tokens TOKENIZER_JSON``, instead: GPT token files as datatrove makes them for training, from the
+Parquet documents in BOOKS_DIR (corpusforge's documents output): ``ParquetReader -> DocumentTokenizer``
+(the same ``tokenizer.json``, "<|endoftext|>" after each document, ``--seq-len`` chunks shuffled within
+each task), then ``DocumentTokenizerMerger`` (one file, chunks shuffled across tasks).
 """
 
 from __future__ import annotations
@@ -56,11 +61,16 @@ def main() -> None:
     parser.add_argument("books")
     parser.add_argument("work", type=Path)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--bands", type=int, required=True)
-    parser.add_argument("--rows", type=int, required=True)
+    parser.add_argument("--bands", type=int, default=14)
+    parser.add_argument("--rows", type=int, default=9)
     parser.add_argument("--ngram", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--tokens", help="a tokenizer.json: tokenize the Parquet documents in BOOKS_DIR instead")
+    parser.add_argument("--seq-len", type=int, default=1024)
     args = parser.parse_args()
+    if args.tokens:
+        tokenize(args)
+        return
     work, tasks = args.work, args.workers
     exact = ExactDedupConfig(content_getter=text_of)
     minhash = MinhashConfig(n_grams=args.ngram, num_buckets=args.bands, hashes_per_bucket=args.rows, seed=args.seed)
@@ -93,6 +103,35 @@ def main() -> None:
             ParquetWriter(str(work / "documents")),
         ],
     )
+
+
+def tokenize(args: argparse.Namespace) -> None:
+    """The GPT token files: tokenize per task with chunks shuffled, then merge with chunks shuffled across tasks."""
+    from datatrove.pipeline.readers import ParquetReader
+    from datatrove.pipeline.tokens import DocumentTokenizer, DocumentTokenizerMerger
+
+    work = args.work
+    tasks = max(1, min(args.workers, len(list(Path(args.books).glob("*.parquet")))))  # a task with no file writes an empty one
+    LocalPipelineExecutor(
+        pipeline=[
+            ParquetReader(args.books, text_key="text", id_key="id"),
+            DocumentTokenizer(
+                str(work / "tokenized"),
+                tokenizer_name_or_path=args.tokens,
+                eos_token="<|endoftext|>",
+                shuffle_chunk_size=args.seq_len,
+                seed=args.seed,
+            ),
+        ],
+        tasks=tasks,
+        workers=tasks,
+        logging_dir=str(work / "logs" / "tokenize"),
+    ).run()
+    LocalPipelineExecutor(
+        pipeline=[DocumentTokenizerMerger(str(work / "tokenized"), str(work / "merged"), "tokens", shuffle_chunk_size=args.seq_len)],
+        tasks=1,
+        logging_dir=str(work / "logs" / "merge"),
+    ).run()
 
 
 if __name__ == "__main__":
