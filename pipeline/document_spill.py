@@ -5,7 +5,8 @@ documents to one Arrow IPC file named after the task (a retried task replaces it
 emits a ``DocRef`` per document: id, sizes, the exact-dedup key and the MinHash band keys. Exact and
 near dedup and Wikipedia removal decide which ids survive from these alone; texts are read back
 only to verify candidate pairs. The final pass scatters each spill file's survivors into per-part
-files and writes each part sorted by id, so a worker holds one part at a time, never the corpus.
+files and writes each part sorted by id (``documents_io.write_sorted``: a bounded share of the part in
+memory, sorted runs merged past that), never the corpus.
 
 The spill folder is any storage path (``corpusforge.core.storage``) every worker can reach: a local
 folder they share, or a URI.
@@ -149,17 +150,6 @@ def scatter(path: str, kept: Iterable[tuple[int, int]], out_dir: str) -> list[tu
                 writer.write_table(table)
         written.append((part, target))
     return written
-
-
-def gather_part(paths: Iterable[str]) -> tuple[pa.Table, pa.Array]:
-    """One part from its scattered pieces, and the row order that sorts it by id (the bytes written in
-    that order do not depend on how it was scattered). Not sorted here: that would copy the whole part."""
-    tables = []
-    for path in sorted(paths):
-        with storage.arrow_input_unmapped(path) as source:
-            tables.append(pa.ipc.open_file(source).read_all())
-    table = pa.concat_tables(tables) if tables else documents_table([])
-    return table, pc.sort_indices(table, [("id", "ascending")])
 
 
 class RefMaker:

@@ -16,7 +16,7 @@ import apache_beam as beam
 from corpusforge.core import storage
 from corpusforge.core.config import CleanConfig, NearDedupConfig
 from corpusforge.pipeline.counters import write_counters
-from corpusforge.pipeline.steps import ExactDedup, WriteDocuments, WriteRejects, split_kinds
+from corpusforge.pipeline.steps import ExactDedup, SpillRejects, WriteDocuments, WriteRejects, split_kinds
 from corpusforge.pipeline.summary import FileCount, recount_file
 
 
@@ -81,7 +81,9 @@ def documents_graph(p: beam.Pipeline, job: DocumentsJob) -> None:
     if job.removal is not None:
         refs = remove_reference_source(refs, reject_streams, job.removal, shuffle)
     document_counters = refs | "WriteDocuments" >> WriteDocuments(job.documents, storage.join(job.work, "scatter"), job.part_bytes, shuffle)
-    reject_counters = reject_streams | "AllRejects" >> beam.Flatten() | "WriteRejects" >> WriteRejects(job.rejects, job.reject_parts)
+    rejects = storage.join(job.work, "rejects")
+    reject_files = tuple(reject_streams) | "AllRejects" >> SpillRejects(job.reject_parts, rejects)  # a tuple: Beam takes a list for data
+    reject_counters = reject_files | "WriteRejects" >> WriteRejects(job.rejects, job.reject_parts, storage.join(rejects, "runs"))
     write_counters({"read": read_counters, "documents": document_counters, "rejects": reject_counters}, job.counters)
 
 
@@ -107,7 +109,9 @@ def run_documents_job(options: beam.options.pipeline_options.PipelineOptions, jo
     """
     stamp = storage.join(job.work, "made-from.json")
     resumable = storage.is_file(stamp) and storage.read_json(stamp).get("fingerprint") == made_from
-    for folder in [job.documents, job.rejects] + ([storage.join(job.work, n) for n in ("shuffle", "scatter")] if resumable else [job.work]):
+    for folder in [job.documents, job.rejects] + (
+        [storage.join(job.work, n) for n in ("shuffle", "scatter", "rejects")] if resumable else [job.work]
+    ):
         storage.remove_tree(folder)
     storage.remove(job.counters)
     for folder in (job.documents, job.rejects, job.work):

@@ -15,10 +15,15 @@ from __future__ import annotations
 import logging
 import math
 import pickle
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import apache_beam as beam
+import pyarrow as pa
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from corpusforge.core import storage
 from corpusforge.core.config import BooksConfig, CleanConfig, NearDedupConfig, WikipediaConfig
@@ -28,9 +33,16 @@ from corpusforge.corpora.clean import Cleaner
 from corpusforge.corpora.document import Document, Reject
 from corpusforge.corpora.wikipedia import plan_ranges, read_range
 from corpusforge.pipeline.counters import COUNTERS, only
-from corpusforge.pipeline.document_spill import DocRef, RefMaker, gather_part, scatter
-from corpusforge.pipeline.documents_io import PART_PATTERN, part_of, rejects_table, write_table_atomic
-from corpusforge.pipeline.file_shuffle import FileGroupByKey
+from corpusforge.pipeline.document_spill import DocRef, RefMaker, scatter
+from corpusforge.pipeline.documents_io import (
+    PART_PATTERN,
+    REJECT_SCHEMA,
+    documents_table,
+    part_of,
+    rejects_table,
+    write_sorted,
+)
+from corpusforge.pipeline.file_shuffle import FileCoGroupByKey, FileGroupByKey
 
 log = logging.getLogger(__name__)
 REF, REJECT = "ref", "reject"
@@ -205,17 +217,36 @@ def _scatter(item: tuple[str, dict[str, list]], scatter_dir: str) -> list[tuple[
     return [((part, parts), path) for part, path in scatter(spill, kept, scatter_dir)]
 
 
-class _WriteDocumentPart(beam.DoFn):
-    """(part, scattered pieces) -> one Parquet part sorted by id; yields its counters."""
+def _read_pieces(paths: Iterable[str], counts: Counter) -> Iterator[pa.Table]:
+    """Scattered or spilled pieces in path order (the bytes written do not depend on how they were made),
+    one in memory at a time; ``counts`` tallies what they hold."""
+    for path in sorted(paths):
+        with storage.arrow_input_unmapped(path) as source:
+            table = pa.ipc.open_file(source).read_all()
+        counts.update(f"{s}.{what}" for s, what in zip(table["source"].to_pylist(), _kinds(table)))
+        yield table
 
-    def __init__(self, directory: str) -> None:
-        self.directory = directory
+
+def _kinds(table: pa.Table) -> Iterable[str]:
+    """What each row counts as: documents, or rejects of its reason."""
+    if "reason" in table.column_names:
+        return (f"rejects.{reason}" for reason in table["reason"].to_pylist())
+    return ("documents" for _ in range(table.num_rows))
+
+
+class _WriteDocumentPart(beam.DoFn):
+    """(part, scattered pieces) -> one Parquet part sorted by id, written by ``write_sorted`` (a worker holds
+    a bounded share of the part, not all of it); yields its counters."""
+
+    def __init__(self, directory: str, scratch: str) -> None:
+        self.directory, self.scratch = directory, scratch
 
     def process(self, item: tuple[tuple[int, int], Iterable[str]]) -> Iterator[dict]:
         (index, parts), pieces = item
-        table, order = gather_part(pieces)
-        write_table_atomic(table, storage.join(self.directory, PART_PATTERN.format(index=index, count=parts)), order)
-        yield dict(Counter(f"{source}.documents" for source in table["source"].to_pylist()))
+        counts: Counter[str] = Counter()
+        tables = _read_pieces(pieces, counts) if pieces else iter([documents_table([])])
+        write_sorted(tables, storage.join(self.directory, PART_PATTERN.format(index=index, count=parts)), ["id"], self.scratch)
+        yield dict(counts)
 
 
 class WriteDocuments(beam.PTransform):
@@ -246,38 +277,90 @@ class WriteDocuments(beam.PTransform):
         )
         return (
             {"rows": rows, "parts": parts}
-            | "JoinPartCount" >> beam.CoGroupByKey()
+            | "JoinPartCount" >> FileCoGroupByKey(self.shuffle_dir)  # every survivor's row: not through the launcher
             | "Scatter" >> beam.FlatMap(_scatter, self.scatter_dir)
             | "ByPart" >> beam.GroupByKey()
-            | "WritePart" >> beam.ParDo(_WriteDocumentPart(self.directory))
+            | "WritePart" >> beam.ParDo(_WriteDocumentPart(self.directory, storage.join(self.scatter_dir, "runs")))
         )
 
 
+REJECT_FLUSH = 20_000  # rejects a worker holds (~300 B each as objects) before writing them out
+
+
+class _SpillRejects(beam.DoFn):
+    """(part, reject) -> (part, file) for each file written: one Arrow file per part per flush, so only file
+    names reach the writer's grouping (Beam's own would hold every reject of a part in the launcher and the
+    writing worker: 130k of them at 100 MB of 400 B pages)."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def start_bundle(self) -> None:
+        self._pending: defaultdict[int, list[Reject]] = defaultdict(list)
+        self._count = 0
+
+    def process(self, item: tuple[int, Reject]) -> Iterator[tuple[int, str]]:
+        self._pending[item[0]].append(item[1])
+        self._count += 1
+        if self._count >= REJECT_FLUSH:
+            yield from self._flush()
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        for written in self._flush():
+            yield WindowedValue(written, MIN_TIMESTAMP, [GlobalWindow()])
+
+    def _flush(self) -> list[tuple[int, str]]:
+        written = []
+        for part, rejects in sorted(self._pending.items()):
+            path = storage.join(self.folder, f"{part:05d}", f"{uuid.uuid4().hex}.arrow")
+            with storage.arrow_output(path) as sink, pa.ipc.new_file(sink, REJECT_SCHEMA) as writer:
+                writer.write_table(rejects_table(rejects))
+            written.append((part, path))
+        self._pending.clear()
+        self._count = 0
+        return written
+
+
+class SpillRejects(beam.PTransform):
+    """Reject streams -> (part, Arrow file) of each file their rejects were written to, each stream where it
+    is produced: only the file names are flattened (a Flatten of the rejects themselves would gather every
+    one of them in the in-process runners' launcher first)."""
+
+    def __init__(self, parts: int, folder: str) -> None:
+        super().__init__()
+        self.parts, self.folder = parts, folder
+
+    def expand(self, streams: Sequence[beam.PCollection]) -> beam.PCollection:
+        parts = self.parts
+        files = [
+            stream | f"ByPart{i}" >> beam.Map(lambda r: (part_of(r.id, parts), r)) | f"Spill{i}" >> beam.ParDo(_SpillRejects(self.folder))
+            for i, stream in enumerate(streams)
+        ]
+        return files | "Files" >> beam.Flatten()
+
+
 class WriteRejects(beam.PTransform):
-    """Rejects -> ``parts`` Parquet files by id hash, each sorted by id; yields per-part counters.
+    """(part, file) from ``SpillRejects`` -> ``parts`` Parquet files by id hash, each sorted by (id, reason,
+    key) by ``write_sorted`` (a bounded share of a part in memory); yields per-part counters.
 
     A fixed count (rejects are ~100 bytes each), so no global count has to reach every record first.
     """
 
-    def __init__(self, directory: str, parts: int) -> None:
+    def __init__(self, directory: str, parts: int, scratch: str) -> None:
         super().__init__()
-        self.directory, self.parts = directory, parts
+        self.directory, self.parts, self.scratch = directory, parts, scratch
 
-    def expand(self, rejects: beam.PCollection) -> beam.PCollection:
-        directory, parts = self.directory, self.parts
+    def expand(self, files: beam.PCollection) -> beam.PCollection:
+        directory, parts, scratch = self.directory, self.parts, self.scratch
 
-        def write(item: tuple[int, Iterable[Reject]]) -> dict:
-            index, records = item
-            table = rejects_table(records)
-            write_table_atomic(table, storage.join(directory, PART_PATTERN.format(index=index, count=parts)))
-            return dict(Counter(f"{s}.rejects.{r}" for s, r in zip(table["source"].to_pylist(), table["reason"].to_pylist())))
+        def write(item: tuple[int, Iterable[str]]) -> dict:
+            index, pieces = item
+            counts: Counter[str] = Counter()
+            path = storage.join(directory, PART_PATTERN.format(index=index, count=parts))
+            write_sorted(_read_pieces(pieces, counts), path, ["id", "reason", "key"], scratch)
+            return dict(counts)
 
-        return (
-            rejects
-            | "ByPart" >> beam.Map(lambda r: (part_of(r.id, parts), r))
-            | "GroupParts" >> beam.GroupByKey()
-            | "Write" >> beam.Map(write)
-        )
+        return files | "GroupParts" >> beam.GroupByKey() | "Write" >> beam.Map(write)
 
 
 class SpillDocuments(beam.PTransform):

@@ -1,0 +1,63 @@
+"""``write_sorted``: a part written from pieces with bounded memory has the bytes of the part written whole."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from corpusforge.corpora.document import Document, Reject
+from corpusforge.pipeline import documents_io
+from corpusforge.pipeline.documents_io import documents_table, rejects_table, write_sorted, write_table_atomic
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _documents(n: int, rng: random.Random) -> list[Document]:
+    docs = []
+    for i in range(n):
+        words = " ".join(rng.choice(["alpha", "beta", "gamma", "delta", "épsilon"]) for _ in range(rng.randint(1, 400)))
+        doc_id = f"{rng.getrandbits(80):020x}" if i % 50 else "0" * 20  # some equal ids: ties keep the pieces' order
+        docs.append(Document(doc_id, "wikipedia", f"title {i}", words, meta={"page_id": str(i)} if i % 3 else {}))
+    return docs
+
+
+@pytest.mark.parametrize("run_bytes", [1 << 30, 20_000, 1])
+def test_documents_part_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_bytes: int) -> None:
+    monkeypatch.setattr(documents_io, "RUN_BYTES", run_bytes)
+    monkeypatch.setattr(documents_io, "ROW_GROUP_TEXT_BYTES", 50_000)  # several row groups
+    monkeypatch.setattr(documents_io, "MERGE_BATCH_BYTES", 7_000)
+    rng = random.Random(3)
+    docs = _documents(1500, rng)
+    bounds = [0, 300, 317, 600, 900, 1200, 1500]  # uneven pieces, as a part's share of each spill file is
+    pieces = [documents_table(docs[a:b], sort=False) for a, b in zip(bounds, bounds[1:])]
+    whole = pa.concat_tables(pieces)
+    write_table_atomic(whole, str(tmp_path / "old.parquet"), pc.sort_indices(whole, [("id", "ascending")]))
+    write_sorted(iter(pieces), str(tmp_path / "new.parquet"), ["id"], str(tmp_path / "runs"))
+    assert _digest(tmp_path / "new.parquet") == _digest(tmp_path / "old.parquet")
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # the sorted runs are removed
+
+
+@pytest.mark.parametrize("run_bytes", [1 << 30, 5_000])
+def test_rejects_part_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_bytes: int) -> None:
+    monkeypatch.setattr(documents_io, "RUN_BYTES", run_bytes)
+    monkeypatch.setattr(documents_io, "ROW_GROUP_TEXT_BYTES", 20_000)
+    monkeypatch.setattr(documents_io, "MERGE_BATCH_BYTES", 3_000)
+    rng = random.Random(5)
+    rejects = [
+        Reject(
+            f"{rng.getrandbits(80):020x}", "wikipedia", rng.choice(["near_duplicate", "language", "duplicate"]), f"of {i}", f"Title {i} é"
+        )
+        for i in range(2000)
+    ]
+    write_table_atomic(rejects_table(rejects), str(tmp_path / "old.parquet"))
+    pieces = [rejects_table(rejects[i : i + 10]) for i in range(0, 2000, 10)]  # row groups sized from 200 pieces' sizes
+    write_sorted(iter(pieces), str(tmp_path / "new.parquet"), ["id", "reason", "key"], str(tmp_path / "runs"))
+    assert _digest(tmp_path / "new.parquet") == _digest(tmp_path / "old.parquet")
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # the sorted runs are removed
