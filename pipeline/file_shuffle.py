@@ -5,7 +5,7 @@ element through the launching process and hold it there decoded until the consum
 the launcher grew by kilobytes per document: fine for books, gigabytes for Wikipedia's millions of
 articles. Here the producing workers write their (key, value) pairs into one file per bucket and only
 the files' names go through the runner; a worker then groups one bucket (a 64th of the elements) at a
-time. Grouping semantics are Beam's: each key once, with all its values, in no promised order.
+time, in several passes when that is more than ``GROUP_BYTES``. Grouping semantics are Beam's: each key once, with all its values, in no promised order.
 
 The folder is any storage path (``corpusforge.core.storage``) every worker can reach, as the spill
 folder is: a local folder they share, or a URI. Without a folder, Beam's own transforms.
@@ -28,61 +28,91 @@ from apache_beam.utils.windowed_value import WindowedValue
 from corpusforge.core import storage
 
 BUCKETS = 64
-FLUSH_ELEMENTS = 100_000  # pairs a worker holds before writing them out
+FLUSH_ELEMENTS = 100_000  # pairs a worker holds before writing them out, at most
+# ... and at most this many bytes of them, pickled (as objects, two to three times that): 100,000 DocRefs
+# had held ~90 MB in each reading worker, reached only past ~100 MB of 400 B pages.
+FLUSH_BYTES = 8 << 20
+SAMPLE = 32  # pairs pickled one by one for their size, until a flush measures it
+# A bucket whose files hold more than this (pickled) is grouped in as many passes over them, a share of its
+# keys each: a bucket is a fixed 64th of a shuffle, so it grows with the corpus while its groups must not.
+GROUP_BYTES = 32 << 20
 
 
 def bucket_of(key: Any, buckets: int = BUCKETS) -> int:
     """The same bucket for the same key in every process (``hash`` is salted per process): CRC-32 of a
     str's or bytes' own bytes, of ``repr`` for other keys. Every shuffled element is hashed, and this is
     about 5x cheaper than blake2b of the repr (near-dedup shuffles ~14 band keys per document)."""
+    return _key_hash(key) % buckets
+
+
+def _key_hash(key: Any) -> int:
     if isinstance(key, str):
         data = key.encode("utf-8")
     elif isinstance(key, bytes):
         data = key
     else:
         data = repr(key).encode("utf-8")
-    return zlib.crc32(data) % buckets
+    return zlib.crc32(data)
 
 
 class _WriteBuckets(beam.DoFn):
-    """(key, value) pairs -> (bucket, file) for each file written: one pickle per bucket per flush."""
+    """(key, value) pairs -> (bucket, file) for each file written: one pickle per bucket per flush, a flush
+    every ``flush_elements`` pairs or ``FLUSH_BYTES`` of them, whichever comes first."""
 
     def __init__(self, folder: str, buckets: int, flush_elements: int | None = None) -> None:
         self.folder, self.buckets, self.flush_elements = folder, buckets, flush_elements
+        self._measured = [0, 0]  # (pickled bytes, pairs) sampled or written so far: the size of a pair
 
     def start_bundle(self) -> None:
         self._pending: defaultdict[int, list] = defaultdict(list)
         self._count = 0
 
-    def process(self, pair: tuple[Any, Any]) -> Iterator[tuple[int, str]]:
+    def process(self, pair: tuple[Any, Any]) -> Iterator[tuple[int, tuple[str, int]]]:
         self._pending[bucket_of(pair[0], self.buckets)].append(pair)
         self._count += 1
-        if self._count >= (self.flush_elements or FLUSH_ELEMENTS):
+        if self._measured[1] < SAMPLE:
+            self._measured[0] += len(pickle.dumps(pair, protocol=pickle.HIGHEST_PROTOCOL))
+            self._measured[1] += 1
+        if self._count >= self._limit():
             yield from self._flush()
+
+    def _limit(self) -> int:
+        """Pairs held before a flush: ``flush_elements``, fewer where that many would pickle past ``FLUSH_BYTES``."""
+        size, pairs = self._measured
+        return max(1, min(self.flush_elements or FLUSH_ELEMENTS, FLUSH_BYTES * pairs // max(1, size)))
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         for written in self._flush():
             yield WindowedValue(written, MIN_TIMESTAMP, [GlobalWindow()])
 
-    def _flush(self) -> list[tuple[int, str]]:
+    def _flush(self) -> list[tuple[int, tuple[str, int]]]:
         written = []
         for bucket, pairs in sorted(self._pending.items()):
             path = storage.join(self.folder, f"{bucket:05d}", f"{uuid.uuid4().hex}.pickle")
             # atomic: a bundle that is retried writes new files; only committed names are read
-            storage.write_bytes(path, pickle.dumps(pairs, protocol=pickle.HIGHEST_PROTOCOL))
-            written.append((bucket, path))
+            data = pickle.dumps(pairs, protocol=pickle.HIGHEST_PROTOCOL)
+            storage.write_bytes(path, data)
+            self._measured[0] += len(data)
+            self._measured[1] += len(pairs)
+            written.append((bucket, (path, len(data))))
         self._pending.clear()
         self._count = 0
         return written
 
 
-def _group_bucket(item: tuple[int, list[str]]) -> Iterator[tuple[Any, list]]:
-    """Every key of one bucket with all its values, read from the bucket's files."""
-    groups: defaultdict[Any, list] = defaultdict(list)
-    for path in sorted(item[1]):
-        for key, value in pickle.loads(storage.read_bytes(path)):
-            groups[key].append(value)
-    yield from groups.items()
+def _group_bucket(item: tuple[int, list[tuple[str, int]]]) -> Iterator[tuple[Any, list]]:
+    """Every key of one bucket with all its values, read from the bucket's files: in one pass, or in one pass
+    per ``GROUP_BYTES`` of them, each keeping a share of the keys, so a worker holds a bounded group."""
+    bucket, files = item
+    paths = sorted(path for path, _ in files)
+    passes = max(1, -(-sum(size for _, size in files) // GROUP_BYTES))
+    for share in range(passes):
+        groups: defaultdict[Any, list] = defaultdict(list)
+        for path in paths:
+            for key, value in pickle.loads(storage.read_bytes(path)):
+                if passes == 1 or _key_hash(key) // BUCKETS % passes == share:
+                    groups[key].append(value)
+        yield from groups.items()
 
 
 class FileGroupByKey(beam.PTransform):

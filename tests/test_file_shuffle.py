@@ -70,3 +70,20 @@ def test_without_a_folder_it_is_beams_own(tmp_path: Path) -> None:
 def test_buckets_are_the_same_in_every_process() -> None:
     assert bucket_of("abc") == bucket_of("abc") and 0 <= bucket_of(b"x", 8) < 8
     assert len({bucket_of(f"k{i}") for i in range(1_000)}) == file_shuffle.BUCKETS
+
+
+def test_flushes_by_bytes_and_groups_big_buckets_in_passes(tmp_path: Path, monkeypatch) -> None:
+    """A worker writes out past ``FLUSH_BYTES`` of pairs, and a bucket past ``GROUP_BYTES`` is grouped in
+    several passes, each key once with all its values: memory bounded by those, not by the shuffle's size."""
+    monkeypatch.setattr(file_shuffle, "FLUSH_BYTES", 2_000)
+    monkeypatch.setattr(file_shuffle, "GROUP_BYTES", 1_500)
+    expected = {}
+    for key, value in PAIRS:
+        expected.setdefault(key, []).append(value)
+
+    def graph(p):
+        ours = p | beam.Create(PAIRS) | "Files" >> FileGroupByKey(str(tmp_path / "shuffle"), buckets=2) | beam.Map(_sorted_groups)
+        assert_that(ours, equal_to([_sorted_groups(item) for item in expected.items()]))
+
+    _run(graph)
+    assert len(list((tmp_path / "shuffle").rglob("*.pickle"))) > 10
