@@ -72,11 +72,6 @@ def _location(ref: DocRef) -> tuple[str, tuple[str, int]]:
     return ref.id, (ref.spill, ref.row)
 
 
-def _bucket_pairs(item: tuple[bytes, Iterable[str]]) -> Iterator[tuple[str, str]]:
-    """Candidate pairs (smaller id first) among the documents sharing one band."""
-    yield from _candidate_pairs(sorted({member[1:] for member in item[1]}))
-
-
 def _candidate_pairs(ids: Sequence[str]) -> Iterator[tuple[str, str]]:
     """Candidate pairs among a bucket's sorted ids: all of them, or a star and a chain for a huge bucket."""
     if len(ids) <= MAX_BUCKET_ALL_PAIRS:

@@ -180,11 +180,11 @@ BAND_KEYS = [bytes([i % 2, 0, i % 3, i, 0, 0, 0, 0, 0, 0]) for i in range(8)]
 
 @given(st.lists(st.tuples(st.sampled_from(BAND_KEYS), st.sampled_from(["a", "b", "c", "d", "e"])), max_size=60))
 def test_band_members_give_the_pairs_of_each_band_key(members) -> None:
-    """Tagged band members grouped by band key give exactly the id pairs of each key."""
+    """Tagged band members grouped by band key give exactly the id pairs of each key (buckets of two or more)."""
     from collections import defaultdict
     from itertools import combinations
 
-    from corpusforge.pipeline.near_dedup import DOC, _bucket_pairs
+    from corpusforge.pipeline.near_dedup import DOC, _bucket_members, _candidate_pairs
 
     buckets: defaultdict[bytes, list[str]] = defaultdict(list)
     by_key: defaultdict[bytes, set[str]] = defaultdict(set)
@@ -192,7 +192,8 @@ def test_band_members_give_the_pairs_of_each_band_key(members) -> None:
         buckets[key].append(DOC + doc_id)
         by_key[key].add(doc_id)
     expected = sorted(pair for ids in by_key.values() for pair in combinations(sorted(ids), 2))
-    assert sorted(pair for item in buckets.items() for pair in _bucket_pairs(item)) == expected
+    pairs = [pair for item in buckets.items() for ids, _ in _bucket_members(item) for pair in _candidate_pairs(ids)]
+    assert sorted(pairs) == expected
 
 
 def components(edges: list[tuple[str, str]]) -> set[frozenset[str]]:
