@@ -1,11 +1,18 @@
 """Beam stages that turn documents into globally shuffled BERT / GPT shards.
 
 BERT: documents -> sentences -> token ids (``encoding.sentence_tokens`` over ~1 MB of text at a
-time, once per document, before the dupe fan-out, written to a spill file; only (id, file, row)
-references travel on) -> for each dupe index ``d`` a random partner bucket
-(``encoding.bert_examples`` explains why this draws random-next segments from the whole corpus)
--> GroupByKey -> examples of a bucket as numpy columns.
-GPT: documents -> token ids (spilled likewise) -> hash bucket -> GroupByKey -> windows of one token stream per bucket.
+time, once per document, before the dupe fan-out) -> for each dupe index ``d`` a random partner
+bucket (``encoding.bert_examples`` explains why this draws random-next segments from the whole
+corpus) -> a file shuffle (``pipeline.file_shuffle``: the producing worker writes the token arrays
+into bucket files, only file names travel through the runner) -> examples of a bucket as numpy columns.
+GPT: documents -> token ids -> hash bucket -> the same file shuffle -> windows of one token stream per bucket.
+
+The tokens travel in the shuffle's files rather than staying in one spill file per tokenized batch
+with (id, file, row) references travelling: a bucket is a random sample of the whole corpus, so it
+had rows in nearly every spill file and read (and decompressed) each of them whole, for every
+bucket and dupe index: reading grew with the square of the corpus (decompression alone was 15%
+of the BERT stage's CPU at 100 MB of 4 KB articles), and a bucket's rows kept every file's
+decoded batch alive. Each document's tokens are now written once per dupe index and read once.
 
 Both then shuffle globally (``shards.writer``): every example gets a 64-bit key from
 ``(seed, doc id, dupe, example index)`` (GPT: ``(seed, bucket, window index)``), the step that makes
@@ -30,7 +37,6 @@ from __future__ import annotations
 import math
 import os
 import uuid
-from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -50,16 +56,16 @@ from corpusforge.encoding.gpt_examples import cut_windows
 from corpusforge.encoding.sentence_tokens import SentenceEncoder
 from corpusforge.encoding.vocab import EOT, load_tokenizer, vocab_manifest
 from corpusforge.pipeline.counters import COUNTERS, merge_counters, only, write_counters
+from corpusforge.pipeline.file_shuffle import FileGroupByKey
 from corpusforge.shards.format import MANIFEST_NAME, bert_schema, gpt_schema, id_type, shard_manifest
-from corpusforge.shards.writer import SPILL_COMPRESSION, ShardJob, row_bytes, spill_pieces, write_ipc, write_spilled_shards
+from corpusforge.shards.writer import ShardJob, row_bytes, spill_pieces, write_spilled_shards
 
 # Multi-output steps emit (kind, value) pairs split by ``only``: the DaskRunner mixes tagged outputs
 # and drops what ``finish_bundle`` emits, so neither is used here.
 DOC = "doc"
 TOKENIZE_BATCH_CHARS = 1_000_000  # text per encode_batch_fast call
 READ_ROWS = 256  # Parquet rows decoded into Python at a time
-DocRef = tuple[str, str, int]  # (doc id, spill file name, row): what travels through the document shuffles
-DOCS_DIR, EXAMPLES_DIR = "docs", "examples"  # spill folders inside the run's temporary folder
+SHUFFLE_DIR, EXAMPLES_DIR = "shuffle", "examples"  # the document shuffle's and the example spill's folders in the run's temporary folder
 COUNTERS_FILE = "counters.json"  # {stream: {name: count}} in the run's temporary folder
 ENTRIES_FILE = "shards.json"  # [[shard index, manifest entry], ...] from the shards cut on the runner's workers
 
@@ -99,52 +105,14 @@ def corpus_size(paths: Sequence[storage.PathLike], text_column: str) -> tuple[in
     return rows, text_bytes
 
 
-def spill_documents(directory: storage.PathLike, docs: Sequence[TokenizedDocument]) -> list[DocRef]:
-    """Write a batch's tokenized documents once, as one Arrow file; return a reference per document.
-
-    Only the references then go through the shuffles (a BERT document goes to ``dupe_factor``
-    buckets), so the runner never holds token arrays. The file is named by its documents' ids, so
-    a retried bundle replaces its own file rather than adding one.
-    """
-    name = f"docs-{stable_hash(len(docs), *(doc.id for doc in docs)):016x}.arrow"
-    table = pa.table({"tokens": _list_array([doc.tokens for doc in docs]), "offsets": _list_array([doc.offsets for doc in docs])})
-    storage.makedirs(directory)
-    write_ipc(storage.join(directory, name), table, SPILL_COMPRESSION)
-    return [(doc.id, name, row) for row, doc in enumerate(docs)]
-
-
-def _list_array(parts: Sequence[np.ndarray]) -> pa.LargeListArray:
-    bounds = np.concatenate([[0], np.cumsum([len(part) for part in parts])]).astype(np.int64)
-    return pa.LargeListArray.from_arrays(pa.array(bounds), pa.array(np.concatenate(parts)))
-
-
-def load_documents(directory: storage.PathLike, refs: Iterable[DocRef]) -> list[TokenizedDocument]:
-    """The documents behind ``refs``, their arrays views of the (decompressed) spill files' columns."""
-    rows_by_file: defaultdict[str, list[tuple[str, int]]] = defaultdict(list)
-    for doc_id, name, row in refs:
-        rows_by_file[name].append((doc_id, row))
-    docs = []
-    for name, rows in sorted(rows_by_file.items()):
-        batch = pa.ipc.open_stream(storage.arrow_input(storage.join(directory, name))).read_next_batch()
-        tokens, token_bounds = batch.column("tokens").values.to_numpy(), batch.column("tokens").offsets.to_numpy()
-        offsets, offset_bounds = batch.column("offsets").values.to_numpy(), batch.column("offsets").offsets.to_numpy()
-        for doc_id, row in rows:
-            docs.append(
-                TokenizedDocument(
-                    doc_id, tokens[token_bounds[row] : token_bounds[row + 1]], offsets[offset_bounds[row] : offset_bounds[row + 1]]
-                )
-            )
-    return docs
-
-
 class TokenizeBatch(beam.DoFn):
-    """A batch of (doc id, sentences) -> (DOC, DocRef)..., (COUNTERS, dict); the tokens go to ``spill_dir``.
+    """A batch of (doc id, sentences) -> (DOC, TokenizedDocument)..., (COUNTERS, dict).
 
     The tokenizer and its ``SentenceEncoder`` (and word cache) are built once per DoFn instance.
     """
 
-    def __init__(self, vocab_dir: str, spill_dir: str) -> None:
-        self._vocab_dir, self._spill_dir = vocab_dir, spill_dir
+    def __init__(self, vocab_dir: str) -> None:
+        self._vocab_dir = vocab_dir
 
     def setup(self) -> None:
         tokenizer = load_tokenizer(self._vocab_dir)
@@ -153,9 +121,8 @@ class TokenizeBatch(beam.DoFn):
 
     def process(self, batch: list[tuple[str, list[str]]]) -> Iterator[tuple[str, object]]:
         docs, counters = tokenize_documents(self._encoder, batch)
-        if docs:
-            for ref in spill_documents(self._spill_dir, docs):
-                yield DOC, ref
+        for doc in docs:
+            yield DOC, doc
         yield COUNTERS, dict(counters)
 
 
@@ -165,10 +132,12 @@ def bucket_count(n_docs: int, text_bytes: int, docs_per_bucket: int, bytes_per_b
     return max(1, n_docs // docs_per_bucket, text_bytes // bytes_per_bucket)
 
 
-def partner_buckets(doc: DocRef, buckets: int, bert: BertConfig, seed: int) -> Iterator[tuple[tuple[int, int], DocRef]]:
-    """One reference to the document per dupe index, each in a bucket drawn afresh from the whole corpus."""
+def partner_buckets(
+    doc: TokenizedDocument, buckets: int, bert: BertConfig, seed: int
+) -> Iterator[tuple[tuple[int, int], TokenizedDocument]]:
+    """The document once per dupe index, each time in a bucket drawn afresh from the whole corpus."""
     for dupe in range(bert.dupe_factor):
-        yield (dupe, stable_hash(seed, dupe, doc[0]) % buckets), doc
+        yield (dupe, stable_hash(seed, dupe, doc.id) % buckets), doc
 
 
 class MakeBertExamples(beam.DoFn):
@@ -181,9 +150,9 @@ class MakeBertExamples(beam.DoFn):
         self._vocab = MaskingVocab.from_tokenizer(load_tokenizer(self._vocab_dir))
         self._schema = bert_schema(self._bert.max_seq_length, self._bert.max_predictions_per_seq, self._vocab.size)
 
-    def process(self, element: tuple[tuple[int, int], Iterable[DocRef]]) -> Iterator[dict]:
-        (dupe, bucket), refs = element
-        docs = sorted(load_documents(storage.join(self._temp, DOCS_DIR), refs), key=lambda d: d.id)
+    def process(self, element: tuple[tuple[int, int], Iterable[TokenizedDocument]]) -> Iterator[dict]:
+        (dupe, bucket), docs = element
+        docs = sorted(docs, key=lambda d: d.id)
         examples, counters = create_bucket_examples(docs, dupe, self._vocab, self._bert, self._seed)
         if len(examples):
             keys = example_keys([stable_hash(self._seed, "order", doc.id, dupe) for doc in docs], examples.a_doc)
@@ -204,9 +173,8 @@ class MakeGptWindows(beam.DoFn):
         self._eot = tokenizer.token_to_id(EOT)
         self._schema = gpt_schema(self._gpt.seq_len, tokenizer.get_vocab_size(with_added_tokens=True))
 
-    def process(self, element: tuple[int, Iterable[DocRef]]) -> Iterator[dict]:
-        bucket, refs = element
-        docs = load_documents(storage.join(self._temp, DOCS_DIR), refs)
+    def process(self, element: tuple[int, Iterable[TokenizedDocument]]) -> Iterator[dict]:
+        bucket, docs = element
         windows, counters = cut_windows([(d.id, d.tokens) for d in docs], self._eot, self._gpt.seq_len, self._gpt.keep_tail, self._seed)
         if len(windows):
             keys = example_keys([stable_hash(self._seed, "gpt-order", bucket)], np.zeros(len(windows), dtype=np.int64))
@@ -215,14 +183,14 @@ class MakeGptWindows(beam.DoFn):
 
 
 class Tokenize(beam.PTransform):
-    """Batches of (doc id, sentences) -> (DocRefs, counters); the token ids go to ``temp/docs``."""
+    """Batches of (doc id, sentences) -> (TokenizedDocuments, counters)."""
 
-    def __init__(self, vocab_dir: str, temp: str) -> None:
+    def __init__(self, vocab_dir: str) -> None:
         super().__init__()
-        self.vocab_dir, self.temp = vocab_dir, temp
+        self.vocab_dir = vocab_dir
 
     def expand(self, batches: beam.PCollection) -> tuple[beam.PCollection, beam.PCollection]:
-        tokenized = batches | "Tokenize" >> beam.ParDo(TokenizeBatch(self.vocab_dir, storage.join(self.temp, DOCS_DIR)))
+        tokenized = batches | "Tokenize" >> beam.ParDo(TokenizeBatch(self.vocab_dir))
         return tokenized | "Docs" >> beam.FlatMap(only, DOC), tokenized | "Counters" >> beam.FlatMap(only, COUNTERS)
 
 
@@ -249,18 +217,23 @@ def _row_groups(path: str) -> int:
 
 
 class SpillExamples(beam.PTransform):
-    """Batches of (doc id, sentences) -> the counters file: token ids spilled per batch, document references
-    grouped by ``assign`` (BERT: a partner bucket per dupe index; GPT: a stream bucket), and each group's
+    """Batches of (doc id, sentences) -> the counters file: tokenized documents grouped by ``assign`` (BERT: a
+    partner bucket per dupe index; GPT: a stream bucket) through files in ``temp/shuffle``, and each group's
     examples spilled by ``make`` into ``temp/examples``."""
 
-    def __init__(self, job: Job, assign: Callable[[DocRef], Iterable[tuple[object, DocRef]]], make: beam.DoFn) -> None:
+    def __init__(
+        self, job: Job, assign: Callable[[TokenizedDocument], Iterable[tuple[object, TokenizedDocument]]], make: beam.DoFn
+    ) -> None:
         super().__init__()
         self.job, self.assign, self.make = job, assign, make
 
     def expand(self, batches: beam.PCollection) -> beam.PCollection:
-        docs, tokenize_counters = batches | "Tokenize" >> Tokenize(self.job.vocab_dir, self.job.temp)
+        docs, tokenize_counters = batches | "Tokenize" >> Tokenize(self.job.vocab_dir)
         example_counters = (
-            docs | "Buckets" >> beam.FlatMap(self.assign) | "ByBucket" >> beam.GroupByKey() | "Examples" >> beam.ParDo(self.make)
+            docs
+            | "Buckets" >> beam.FlatMap(self.assign)
+            | "ByBucket" >> FileGroupByKey(storage.join(self.job.temp, SHUFFLE_DIR))
+            | "Examples" >> beam.ParDo(self.make)
         )
         # the graph's single sink, reached only once every example is spilled
         counters = {"tokenize": tokenize_counters, "examples": example_counters}
@@ -458,9 +431,9 @@ def write_bert_shards(
         return run_job(pipeline_options, source, bert_examples(job, bert, size), job, out_dir, layout, shards, cut_on_workers)
 
 
-def gpt_bucket(doc: DocRef, buckets: int, seed: int) -> Iterator[tuple[int, DocRef]]:
+def gpt_bucket(doc: TokenizedDocument, buckets: int, seed: int) -> Iterator[tuple[int, TokenizedDocument]]:
     """The document's stream bucket: its windows are cut from one token stream with the bucket's other documents."""
-    yield stable_hash(seed, "gpt", doc[0]) % buckets, doc
+    yield stable_hash(seed, "gpt", doc.id) % buckets, doc
 
 
 def write_gpt_shards(

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from random import Random
 
+import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from shard_factory import assert_hf_reads_like_pyarrow, bert_tokenizer_json
 
 from corpusforge.core.config import BertConfig, RunConfig, ShardsConfig
+from corpusforge.core.hashing import stable_hash
 from corpusforge.corpora.document import Document
 from corpusforge.corpora.gutenberg import strip_gutenberg
 from corpusforge.corpora.sentences import split_sentences
@@ -27,7 +31,8 @@ from corpusforge.encoding.bert_examples import (
 from corpusforge.encoding.sentence_tokens import SentenceEncoder
 from corpusforge.encoding.vocab import load_tokenizer
 from corpusforge.pipeline.documents_io import documents_table, write_table_atomic
-from corpusforge.pipeline.examples_stage import load_documents, spill_documents, write_bert_shards
+from corpusforge.pipeline.examples_stage import partner_buckets, write_bert_shards
+from corpusforge.pipeline.file_shuffle import FileGroupByKey
 from corpusforge.pipeline.options import pipeline_options, shuffles_through_launcher
 from corpusforge.shards.reader import open_shard, read_manifest
 
@@ -255,23 +260,34 @@ def test_closed_form_truncation_equals_the_reference_loop(pairs, limit):
     assert [tuple(map(int, c)) for c in zip(cut_a, cut_b)] == [reference_truncation(x, y, limit) for x, y in pairs]
 
 
-@given(st.lists(st.lists(st.integers(0, 65535), min_size=1, max_size=40), min_size=1, max_size=12), st.randoms())
-@settings(max_examples=50, deadline=None)
-def test_spilled_documents_load_back_whatever_the_reference_order(tmp_path_factory, token_lists, random):
-    directory = tmp_path_factory.mktemp("spill")
+def test_documents_reach_every_partner_bucket_through_the_file_shuffle(tmp_path):
+    folder, random = tmp_path / "shuffle", Random(5)
     docs = []
-    for i, tokens in enumerate(token_lists):
+    for i in range(40):
+        tokens = [random.randrange(65536) for _ in range(random.randint(1, 60))]
         cuts = sorted(random.sample(range(1, len(tokens)), random.randint(0, len(tokens) - 1)))  # sentence boundaries
         docs.append(TokenizedDocument(f"doc-{i}", np.asarray(tokens, dtype=np.uint16), np.asarray([0, *cuts, len(tokens)], dtype=np.int64)))
-    refs = spill_documents(directory, docs)
-    assert spill_documents(directory, docs) == refs  # a retried bundle rewrites the same file
-    random.shuffle(refs)
-    loaded = {doc.id: doc for doc in load_documents(directory, refs)}
-    assert len(list(directory.iterdir())) == 1 and len(loaded) == len(docs)
-    for doc in docs:
-        np.testing.assert_array_equal(loaded[doc.id].tokens, doc.tokens)
-        np.testing.assert_array_equal(loaded[doc.id].offsets, doc.offsets)
-        assert loaded[doc.id].tokens.dtype == np.uint16 and loaded[doc.id].offsets.dtype == np.int64
+    bert = BertConfig(dupe_factor=3)
+    with beam.Pipeline(options=PipelineOptions(runner="DirectRunner")) as p:
+        groups = (
+            p
+            | beam.Create(docs)
+            | beam.FlatMap(partner_buckets, buckets=4, bert=bert, seed=7)
+            | FileGroupByKey(str(folder))
+            | beam.Map(lambda group: [(group[0], doc) for doc in group[1]])
+        )
+        seen = groups | beam.FlatMap(lambda pairs: pairs) | beam.Map(lambda pair: (pair[1].id, pair[0][0]))
+        assert_that(seen | beam.combiners.Count.PerElement(), equal_to([((doc.id, dupe), 1) for doc in docs for dupe in range(3)]))
+        _ = groups | beam.FlatMap(lambda pairs: pairs) | beam.Map(_same_as, {doc.id: doc for doc in docs}, buckets=4, seed=7)
+    assert any(folder.rglob("*.pickle"))  # the documents went through files, not Beam's shuffle
+
+
+def _same_as(pair: tuple[tuple[int, int], TokenizedDocument], originals: dict, buckets: int, seed: int) -> None:
+    (dupe, bucket), doc = pair
+    assert bucket == stable_hash(seed, dupe, doc.id) % buckets
+    np.testing.assert_array_equal(doc.tokens, originals[doc.id].tokens)
+    np.testing.assert_array_equal(doc.offsets, originals[doc.id].offsets)
+    assert doc.tokens.dtype == np.uint16 and doc.offsets.dtype == np.int64
 
 
 @pytest.fixture(scope="module")
