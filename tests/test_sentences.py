@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import blingfire
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corpusforge.corpora.books import read_book
 from corpusforge.corpora.document import Document
-from corpusforge.corpora.sentences import split_sentences
+from corpusforge.corpora.sentences import _INITIAL_OR_TITLE_PERIOD, _MISSED_END, _TITLES, _blingfire_cuts, split_sentences
 
 TRICKY = [
     # blingfire alone joins these: a sentence that starts with a title or initials
@@ -107,3 +109,58 @@ def test_abbreviation_heavy_paragraphs_keep_paragraph_boundaries(paragraphs: lis
     assert _non_space("".join(sentences)) == _non_space(text)
     # no sentence straddles a paragraph break: the document splits exactly as its paragraphs do
     assert sentences == [s for paragraph in paragraphs for s in split_sentences(paragraph)]
+
+
+def _python_api_cuts(paragraph: str) -> list[int]:
+    """Reference for ``_blingfire_cuts``: the same rule through blingfire's own Python functions."""
+    cuts, cursor = [], 0
+    for sentence in blingfire.text_to_sentences(paragraph).split("\n"):
+        start = paragraph.find(sentence, cursor)
+        if start < 0:
+            return [begin for begin, _end in blingfire.text_to_sentences_and_offsets(paragraph)[1][1:]]
+        cuts.append(start)
+        cursor = start + len(sentence)
+    return cuts[1:]
+
+
+# Newlines and NULs, which blingfire turns into spaces (so its offsets are used), and multi-byte characters.
+PARAGRAPH = st.lists(st.sampled_from([*"aZ .!?\n\t\x00\u00a0\u200bé日😀”", "Mr.", "J.", "said"]), min_size=1, max_size=150).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(PARAGRAPH)
+def test_blingfire_cuts_match_blingfire_python_api(paragraph: str) -> None:
+    assert _blingfire_cuts(paragraph) == _python_api_cuts(paragraph)
+
+
+def test_paragraph_longer_than_the_reused_buffer() -> None:
+    paragraph = "He wrote “é” on the\nwall. Then 😀 she left. " * 1500  # ~70 KB of UTF-8; the newline brings in blingfire's offsets
+    assert _blingfire_cuts(paragraph) == _python_api_cuts(paragraph)
+    assert split_sentences(paragraph) == ["He wrote “é” on the\nwall.", "Then 😀 she left."] * 1500
+
+
+def test_threads_split_as_one_thread_does(shared_data: Path) -> None:
+    root = shared_data / "books" / "en"
+    texts = [
+        d.text for name in ("pg345.txt", "Pride_and_Prejudice_JaneAusten.txt") if isinstance(d := read_book(root / name, root), Document)
+    ]
+    with ThreadPoolExecutor(4) as pool:  # blingfire's C call releases the GIL, so the threads' calls overlap
+        assert list(pool.map(split_sentences, texts * 2)) == [split_sentences(text) for text in texts * 2]
+
+
+# The plain form of _MISSED_END: re tries it at every position, so the module's form starts with a literal.
+_PLAIN_MISSED_END = re.compile(
+    r"(?P<end>[.!?]+[\"'”’)\]]*)\s+(?=(?:" + "|".join(t.capitalize() for t in _TITLES) + r")\.\s|[A-Z]\.\s?[A-Z])"
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["Mr.", "Mrs.", "Messrs.", "Capt.", "J.", "U.S.", "a.", "!", "?", ".", "”", ")", " ", "  ", "\n", "he", "The"])
+    ).map("".join)
+)
+def test_missed_end_finds_what_the_plain_pattern_finds_and_the_precheck_never_hides_it(text: str) -> None:
+    plain = [(m.end("end"), m.end()) for m in _PLAIN_MISSED_END.finditer(text)]
+    assert [(m.end("end"), m.end()) for m in _MISSED_END.finditer(text)] == plain
+    assert _INITIAL_OR_TITLE_PERIOD.search(text) or not plain
