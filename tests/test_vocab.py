@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from transformers import BertTokenizerFast, GPT2TokenizerFast
 
@@ -18,8 +18,12 @@ from corpusforge.core.config import VocabConfig
 from corpusforge.corpora.document import Document
 from corpusforge.corpora.gutenberg import strip_gutenberg
 from corpusforge.encoding.vocab import (
+    WORDPIECE_ALPHABET,
+    _CharTable,
     _fixed_alphabet,
+    _PreNormalizer,
     _wordpiece_tokenizer,
+    _wordpiece_trainer,
     load_tokenizer,
     paragraph_pieces,
     sample_documents,
@@ -206,7 +210,65 @@ def test_alphabet_from_per_character_normalization_equals_the_whole_text_one(sha
     )
     texts = [book_text(shared_data, HELD_OUT_BOOK)[:50_000], tricky, tricky.upper(), " ".join(f"q{chr(0xA000 + i)}" for i in range(60))]
     tokenizer = _wordpiece_tokenizer({}, lowercase)
-    assert _fixed_alphabet(texts, tokenizer, limit) == exact_alphabet(texts, tokenizer, limit)
+    assert _fixed_alphabet(texts, _CharTable(tokenizer), limit) == exact_alphabet(texts, tokenizer, limit)
+
+
+# Traps for a per-character str.lower / str.translate. Mapped per character: accents, İ (two characters in
+# str.lower), Σ (str.lower's final ς), CJK (spaced out), control and format characters (dropped), whitespace
+# turned into " " or dropped. Not: combining marks, which NFD reorders across characters (spacing ones survive
+# the accent strip), U+0F73 (a starter decomposing into combining marks) and unassigned U+0378.
+PER_CHARACTER = "ÉéÜüÅÀİıΣσςßẞǅﬁΩ\u2126日本中한\x00\x01\x7f\x85\u200b\u200d\ufffd\ue000\t\n\r\x0b\xa0\u3000\u2028 aZ.'"
+REORDERING = ["a\u0301\u0323", "\u0345", "\U0001d16d\U0001d165", "\u302f\u0301\u302e", "\u0f40\u0f73\u0f71", "\u0378"]
+TRAPS = [*PER_CHARACTER, "ΟΣ", *REORDERING]
+MIXED_LINES = [  # a text each: one holding a combining mark goes to the normalizer whole
+    "ΣΟΦΟΣ ΛΟΓΟΣ σοφος Ünïcödé FAÇADE İstanbul Straße ǅemal ﬁne Ω\u2126 ÅNGSTRÖM",
+    "日本語のテキスト 中文字 한국어 텍스트 emoji🙂inside",
+    "ctrl\x01char zero\u200bwidth tab\tand\u00a0nbsp x\u2028y\x85z \u3000wide\ufffd\x7fdel",
+    "e\u0301te\u0301 a\u0301\u0323b",
+    "\U0001d16d\U0001d165 x\u302f\u0301\u302e",
+    "\u0f40\u0f73\u0f71\u0f72",
+    "Ab\u0378cd",
+]
+
+
+def words(pre_tokenizer, text: str) -> list[str]:
+    return [word for word, _ in pre_tokenizer.pre_tokenize_str(text)]
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+@given(texts=st.lists(st.lists(st.sampled_from(TRAPS) | st.characters(exclude_categories=("Cs", "Cn"))).map("".join), max_size=4))
+@example(texts=MIXED_LINES)
+@settings(max_examples=200, deadline=None)
+def test_pre_normalized_texts_give_the_normalizer_words(lowercase, texts):
+    """What the trainer counts: the words of the pre-normalized text are those of the normalizer's output."""
+    tokenizer = _wordpiece_tokenizer({}, lowercase)
+    forms = {ord(char): tokenizer.normalizer.normalize_str(char) for char in set("".join(texts))}
+    normalize = _PreNormalizer(tokenizer, forms, lowercase)
+    for text in texts:
+        assert words(tokenizer.pre_tokenizer, normalize(text)) == words(tokenizer.pre_tokenizer, tokenizer.normalizer.normalize_str(text))
+
+
+def trained_with_the_normalizer(texts: list[str], vocab_size: int, lowercase: bool) -> dict[str, bytes]:
+    """vocab.txt and tokenizer.json as train_wordpiece wrote them before the pre-normalization."""
+    tokenizer = _wordpiece_tokenizer({}, lowercase)
+    alphabet, continuations = _fixed_alphabet(texts, _CharTable(tokenizer), WORDPIECE_ALPHABET)
+    tokenizer.train_from_iterator(texts, _wordpiece_trainer(vocab_size, 2, alphabet, continuations))
+    vocab = tokenizer.get_vocab(with_added_tokens=False)
+    return {
+        "vocab.txt": "".join(f"{token}\n" for token in sorted(vocab, key=vocab.__getitem__)).encode("utf-8"),
+        "tokenizer.json": _wordpiece_tokenizer(vocab, lowercase).to_str().encode("utf-8"),
+    }
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_wordpiece_files_equal_those_trained_through_the_normalizer(shared_data, tmp_path, lowercase):
+    """Each mixed line a text of its own (a combining mark sends only its text to the normalizer), repeated so
+    that every word of it is a token: a character mapped wrongly changes the vocabulary."""
+    texts = [book_text(shared_data, HELD_OUT_BOOK)[:20_000], *MIXED_LINES * 3, *map(str.upper, MIXED_LINES), PER_CHARACTER * 3]
+    directory = Path(train_wordpiece(texts, tmp_path, vocab_size=4000, lowercase=lowercase))
+    assert len((directory / "vocab.txt").read_text(encoding="utf-8").splitlines()) < 4000  # every pair seen twice merged
+    for name, expected in trained_with_the_normalizer(texts, 4000, lowercase).items():
+        assert (directory / name).read_bytes() == expected, name
 
 
 def test_sample_keeps_about_the_rate_and_the_seed_decides_which():
