@@ -39,6 +39,7 @@ from typing import Sequence
 import numpy as np
 import regex
 from tokenizers import Encoding, Tokenizer
+from tokenizers.pre_tokenizers import PreTokenizer
 
 SEPARATOR = "[SEP]"
 MARK = "\x00"  # ends a sentence inside the fast path's text: a control character, so never in a fast sentence
@@ -137,14 +138,9 @@ class SentenceEncoder:
         """The normalizer maps ``char`` as ``str.lower`` (or identity) would, whatever surrounds it."""
         if self._pretokens is not None:
             return self._agrees(char)
-        if char in self._reserved or char in CONTEXT_DEPENDENT_LOWER or unicodedata.combining(char):
+        if char in self._reserved or unicodedata.combining(char):
             return False
-        normalized = self._tokenizer.normalizer.normalize_str(char)
-        if normalized == (char.lower() if self._lowercase else char):
-            return True
-        # Whitespace the normalizer turns into " ": fine if the pre-tokenizer drops it anyway.
-        words = [word for word, _ in self._raw.pre_tokenizer.pre_tokenize_str(f"a{char}b")]
-        return normalized == " " and words == ["a", "b"]
+        return lowers_alike(char, self._tokenizer.normalizer.normalize_str(char), self._raw.pre_tokenizer, self._lowercase)
 
     def _clear_words(self) -> None:
         self._word_index: dict[str, int] = {self._mark: 0}  # word -> row in the arrays below; the mark ends a sentence
@@ -289,6 +285,18 @@ class SentenceEncoder:
             out.append((flat[bounds[first] : bounds[last]], lengths[first:last]))
             first = last
         return out
+
+
+def lowers_alike(char: str, form: str, pre_tokenizer: PreTokenizer, lowercase: bool) -> bool:
+    """``str.lower`` (or nothing, cased) gives the normalizer's ``form`` of ``char`` wherever it stands.
+
+    Whitespace the normalizer turns into " " counts too: the pre-tokenizer drops either alike.
+    """
+    if char in CONTEXT_DEPENDENT_LOWER:
+        return False
+    if form == (char.lower() if lowercase else char):
+        return True
+    return form == " " and [word for word, _ in pre_tokenizer.pre_tokenize_str(f"a{char}b")] == ["a", "b"]
 
 
 def _is_gpt2_byte_level(pre_tokenizer: dict) -> bool:

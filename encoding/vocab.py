@@ -33,7 +33,7 @@ from corpusforge.core import storage
 from corpusforge.core.config import VocabConfig
 from corpusforge.core.hashing import stable_hash
 from corpusforge.corpora.document_files import iter_rows, text_bytes
-from corpusforge.encoding.sentence_tokens import CONTEXT_DEPENDENT_LOWER
+from corpusforge.encoding.sentence_tokens import lowers_alike
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ class _PreNormalizer:
         self._table = {point: form for point, form in forms.items() if not _reorders(chr(point))}
         self._kind = np.full(CODE_POINTS, NORMALIZED, dtype=np.uint8)
         self._kind[list(self._table)] = TRANSLATED
-        self._kind[[point for point in self._table if _lowers_alike(chr(point), forms[point], tokenizer, lowercase)]] = LOWERED
+        self._kind[[point for point in self._table if lowers_alike(chr(point), forms[point], tokenizer.pre_tokenizer, lowercase)]] = LOWERED
 
     def __call__(self, text: str) -> str:
         kinds = self._kind[np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)]
@@ -204,18 +204,6 @@ class _PreNormalizer:
 
     def _lower(self, text: str) -> str:
         return text.lower() if self._lowercase else text
-
-
-def _lowers_alike(char: str, form: str, tokenizer: Tokenizer, lowercase: bool) -> bool:
-    """Whether ``str.lower`` (or nothing, cased) gives what the normalizer gives, wherever ``char`` stands.
-
-    Whitespace the normalizer turns into " " counts too: the pre-tokenizer drops either alike.
-    """
-    if char in CONTEXT_DEPENDENT_LOWER:
-        return False
-    if form == (char.lower() if lowercase else char):
-        return True
-    return form == " " and [word for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(f"a{char}b")] == ["a", "b"]
 
 
 def _reorders(char: str) -> bool:
