@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shlex
 import statistics
 import subprocess
@@ -101,10 +102,12 @@ dupe_factor = {args.dupe_factor}
     return shards
 
 
-def pretrain(shards: Path, work: Path, args: argparse.Namespace, log: Path) -> tuple[Path, float]:
+def pretrain(shards: Path, work: Path, args: argparse.Namespace, log: Path) -> tuple[Path, float, float]:
+    """The run folder, and the wall and CPU seconds of ``corpusforge train`` (NaN when an earlier run is reused)."""
     run_dir = work / "pretrain"
     if (run_dir / "eval.json").is_file():
-        return run_dir, float("nan")
+        return run_dir, float("nan"), float("nan")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)  # nothing else runs from here meanwhile
     seconds = run(
         [
             *CLI,
@@ -114,7 +117,7 @@ def pretrain(shards: Path, work: Path, args: argparse.Namespace, log: Path) -> t
             "--out",
             str(run_dir),
             "--model",
-            "bert-mini",
+            args.model,
             "--steps",
             str(args.pretrain_steps),
             "--batch-size",
@@ -132,11 +135,14 @@ def pretrain(shards: Path, work: Path, args: argparse.Namespace, log: Path) -> t
             "--set",
             "train.log_every=25",
             "--compile" if args.compile else "--no-compile",
+            "--set",
+            f"train.precision={args.precision}",
             *(item for kv in args.pretrain_set for item in ("--set", f"train.{kv}")),
         ],
         log,
     )
-    return run_dir, seconds
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return run_dir, seconds, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
 def finetune(checkpoint: Path, task: str, seed: int, random_init: bool, work: Path, args: argparse.Namespace, log: Path) -> dict:
@@ -167,6 +173,8 @@ def finetune(checkpoint: Path, task: str, seed: int, random_init: bool, work: Pa
             str(args.seq_len),
             "--lr",
             str(args.lr),
+            "--precision",
+            args.precision,
         ]
         if args.max_train_examples:
             command += ["--max-train-examples", str(args.max_train_examples)]
@@ -228,6 +236,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="fine-tuning commands at once (a GPU has room for several)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the pre-training model (CUDA only)")
     parser.add_argument("--trainer-only", action="store_true", help="train/finetune via corpusforge.trainer.cli (no Beam needed)")
+    parser.add_argument("--model", default="bert-mini", help="model size of both arms")
+    parser.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "bf16"],
+        default="auto",
+        help="pre-training and fine-tuning (auto: bf16 on CUDA, fp32 on the CPU)",
+    )
     parser.add_argument("--results-json", type=Path, default=None, help="every figure as JSON [default: WORK/results.json]")
     args = parser.parse_args()
     if args.trainer_only:
@@ -237,15 +252,16 @@ def main() -> None:
     log = args.work / "commands.log"
     shards = build_shards(args.work, args, log)
     manifest = read_manifest(shards)
-    run_dir, pretrain_seconds = pretrain(shards, args.work, args, log)
+    run_dir, pretrain_seconds, pretrain_cpu = pretrain(shards, args.work, args, log)
     held_out = json.loads((run_dir / "eval.json").read_text(encoding="utf-8"))
     tokens = args.pretrain_steps * args.pretrain_batch * args.seq_len
     device = device_name()
     print(
         f"corpus: {manifest.examples:,} BERT examples of {args.seq_len} tokens, WordPiece {manifest.vocab.size:,}; "
-        f"pre-training: bert-mini, {args.pretrain_steps} steps x {args.pretrain_batch} ({tokens / 1e6:.1f}M tokens, "
+        f"pre-training: {args.model}, {args.pretrain_steps} steps x {args.pretrain_batch} ({tokens / 1e6:.1f}M tokens, "
         f"{args.pretrain_steps * args.pretrain_batch / manifest.examples:.2f} epochs) in {pretrain_seconds / 60:.1f} min "
-        f"({tokens / pretrain_seconds:,.0f} tokens/s of wall time, start-up included) on {device}; "
+        f"and {pretrain_cpu / 60:.1f} CPU-minutes ({tokens / pretrain_seconds:,.0f} tokens/s of wall time, "
+        f"{tokens / pretrain_cpu:,.0f} per CPU-second, start-up included) on {device}, precision {args.precision}; "
         f"held-out MLM accuracy {held_out['mlm_accuracy']:.3f}, NSP accuracy {held_out['nsp_accuracy']:.3f}",
         flush=True,
     )
@@ -263,7 +279,7 @@ def main() -> None:
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "device": device,
         "corpus": {"examples": manifest.examples, "seq_len": args.seq_len, "vocab_size": manifest.vocab.size},
-        "pretrain": {"tokens": tokens, "wall_s": round(pretrain_seconds, 1), "held_out": held_out},
+        "pretrain": {"tokens": tokens, "wall_s": round(pretrain_seconds, 1), "cpu_s": round(pretrain_cpu, 1), "held_out": held_out},
         "tasks": {},
     }
     results_json = args.results_json or args.work / "results.json"

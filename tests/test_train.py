@@ -34,6 +34,7 @@ from corpusforge.pipeline.examples_stage import write_bert_shards, write_gpt_sha
 from corpusforge.shards.reader import ShardError, column_view, open_shard, read_manifest
 from corpusforge.trainer.checkpoint import OPTIMIZER_NAME, WEIGHTS_NAME, checkpoint_dir, load_weights, read_state, resolve_checkpoint
 from corpusforge.trainer.data import DataWaitTimer, ShardStream, to_model_inputs
+from corpusforge.trainer.device import autocast
 from corpusforge.trainer.loop import train
 from corpusforge.trainer.metrics import read_log
 from corpusforge.trainer.models import ModelConfig, build_model
@@ -218,6 +219,31 @@ def test_resume_is_bit_identical(books, tmp_path):
     log_a = [r for r in read_log(tmp_path / "straight" / "metrics.jsonl") if r["split"] == "train"]
     log_b = [r for r in read_log(tmp_path / "resumed" / "metrics.jsonl") if r["split"] == "train"]
     assert [r["step"] for r in log_b] == [8] and log_b[0]["loss"] == log_a[-1]["loss"]
+
+
+def test_bf16_precision_computes_in_bf16_on_the_cpu_and_resumes_bit_identical(books, tmp_path):
+    """``train.precision=bf16`` autocasts the CPU steps (other weights than fp32's after the same steps) and a resumed
+    bf16 run still equals a straight one bit for bit; ``auto`` on the CPU stays fp32."""
+    cpu = torch.device("cpu")
+    x, w = torch.randn(4, 8), torch.randn(3, 8)
+    with autocast(cpu, "bf16"):
+        assert torch.nn.functional.linear(x, w).dtype == torch.bfloat16
+    with autocast(cpu, "auto"):
+        assert torch.nn.functional.linear(x, w).dtype == torch.float32
+
+    def run(precision: str, out: str, steps: int = 6, resume: str | None = None) -> dict[str, torch.Tensor]:
+        cfg = TrainConfig(
+            model="bert-tiny", steps=steps, batch_size=8, lr=1e-3, num_workers=0, checkpoint_every=3, verify_shards=False,
+            eval_batches=1, precision=precision,
+        )  # fmt: skip
+        train(cfg, books["bert-train"], tmp_path / out, resume=resume, progress=False)
+        assert read_state(checkpoint_dir(tmp_path / out, steps))["train_config"]["precision"] == precision
+        return load_file(str(Path(checkpoint_dir(tmp_path / out, steps)) / WEIGHTS_NAME))
+
+    fp32, bf16 = run("fp32", "fp32"), run("bf16", "bf16")
+    resumed = run("bf16", "resumed", resume=checkpoint_dir(tmp_path / "bf16", 3))
+    assert all(torch.equal(bf16[k], resumed[k]) for k in bf16)
+    assert not all(torch.equal(bf16[k], fp32[k]) for k in bf16)  # the autocast did change the arithmetic
 
 
 LABELLED = 300  # held out: min(holdout_examples, 300 // 10) = the last 30

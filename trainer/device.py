@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Literal
 
 import torch
+
+Precision = Literal["auto", "fp32", "bf16"]
 
 
 def pick_device(name: str | None = None) -> torch.device:
@@ -12,8 +15,15 @@ def pick_device(name: str | None = None) -> torch.device:
     return torch.device(name or ("cuda" if torch.cuda.is_available() else "cpu"))
 
 
-def autocast(device: torch.device) -> contextlib.AbstractContextManager:
-    """bf16 autocast on CUDA (weights and optimizer stay fp32); full fp32 on the CPU."""
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+def uses_bf16(device: torch.device, precision: Precision = "auto") -> bool:
+    """``auto``: bf16 on CUDA; fp32 on the CPU."""
+    if precision == "auto":
+        return device.type == "cuda"
+    return precision == "bf16"
+
+
+def autocast(device: torch.device, precision: Precision = "auto") -> contextlib.AbstractContextManager:
+    """bf16 autocast where ``uses_bf16`` says so (weights and optimizer stay fp32), else full fp32."""
+    if uses_bf16(device, precision):
+        return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()

@@ -75,7 +75,7 @@ def evaluate(model: nn.Module, held_out: HeldOut, cfg: TrainConfig, world: World
     model.eval()
     for raw in held_out_batches(held_out, cfg.batch_size, world, cfg.eval_batches):
         batch = to_model_inputs(raw, world.device, task)
-        with autocast(world.device):
+        with autocast(world.device, cfg.precision):
             out, counts = forward(model, task, batch)
         sums += batch_sums(task, out, counts, batch["input_ids"].shape[0])
     model.train()

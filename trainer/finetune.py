@@ -27,7 +27,7 @@ from tqdm import tqdm
 from corpusforge.core import storage
 from corpusforge.core.config import FinetuneConfig
 from corpusforge.trainer.checkpoint import WEIGHTS_NAME, load_weights, read_state, resolve_checkpoint, run_tokenizer
-from corpusforge.trainer.device import autocast, pick_device
+from corpusforge.trainer.device import Precision, autocast, pick_device
 from corpusforge.trainer.glue import Example, encode, get_task, load_task, majority_baseline, score, subset
 from corpusforge.trainer.models import Bert, ModelConfig
 from corpusforge.trainer.optim import Recipe, make_optimizer, make_scheduler
@@ -91,7 +91,7 @@ def finetune(
     if cfg.max_seq_length > encoder.cfg.max_positions:
         raise ValueError(f"--max-seq-length {cfg.max_seq_length} exceeds the model's {encoder.cfg.max_positions} positions")
     dev = pick_device(device)
-    batcher = Batcher(run_tokenizer(state["vocab"]), state["vocab"]["special_ids"], cfg.max_seq_length, dev)
+    batcher = Batcher(run_tokenizer(state["vocab"]), state["vocab"]["special_ids"], cfg.max_seq_length, dev, cfg.precision)
     model = Classifier(encoder).to(dev)
 
     steps_per_epoch = -(-len(train_examples) // cfg.batch_size)
@@ -193,6 +193,7 @@ class Batcher:
     special_ids: dict[str, int]
     max_seq_length: int
     device: torch.device
+    precision: Precision = "auto"
 
     def __call__(self, examples: list[Example]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         batch = {k: v.to(self.device) for k, v in encode(examples, self.tokenizer, self.special_ids, self.max_seq_length).items()}
@@ -219,7 +220,7 @@ def train_epoch(
     losses = []
     for chunk in batches(examples, order, batch_size):
         batch, labels = batcher(chunk)
-        with autocast(batcher.device):
+        with autocast(batcher.device, batcher.precision):
             logits = model(**batch)
         loss = F.cross_entropy(logits.float(), labels)
         loss.backward()
@@ -239,7 +240,7 @@ def predict(model: Classifier, examples: list[Example], batcher: Batcher) -> lis
     predictions: list[int] = []
     for chunk in batches(examples, np.arange(len(examples)), EVAL_BATCH):
         batch, _ = batcher(chunk)
-        with autocast(batcher.device):
+        with autocast(batcher.device, batcher.precision):
             predictions += model(**batch).argmax(-1).tolist()
     return predictions
 

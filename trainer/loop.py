@@ -133,7 +133,7 @@ def train_step(run: Run, batches: Iterator[Batch], step: int) -> tuple[torch.Ten
     for micro in range(run.accum):
         batch = to_model_inputs(next(batches), world.device, task)
         sync = micro == run.accum - 1 or world.size == 1
-        with contextlib.nullcontext() if sync else run.model.no_sync(), autocast(world.device):
+        with contextlib.nullcontext() if sync else run.model.no_sync(), autocast(world.device, run.cfg.precision):
             out, counts = forward(run.model, task, batch)
         (out["loss"] / run.accum).backward()
         step_sums = batch_sums(task, out, counts, batch["input_ids"].shape[0])
