@@ -95,7 +95,7 @@ setting() {  # epochs seeds
   stamp "e$e: glue.py starts"
   timeout "$(left)" $PY bench/glue.py --trainer-only --work "$w" --glue-dir "$ROOT/.gpu/glue" --tasks sst2 --seeds "$seeds" \
     --epochs "$e" --seq-len "$SEQ" --max-train-examples "$SST2_MAX" --pretrain-steps "$STEPS" --pretrain-batch "$BATCH" \
-    --pretrain-lr "$LR" --jobs $((2 * seeds)) --results-json "$OUT/e$e.json" >"$OUT/e$e.log" 2>&1 \
+    --pretrain-lr "$LR" --pretrain-dropout 0.1 --jobs $((2 * seeds)) --results-json "$OUT/e$e.json" >"$OUT/e$e.log" 2>&1 \
     || { rc=$?; stamp "e$e: glue.py exit $rc"; return; }
   stamp "e$e: done"
 }

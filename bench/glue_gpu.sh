@@ -35,7 +35,7 @@ source "$ROOT/bench/gpu_env.sh"  # wheels, the corpusforge shim, OUT/env.txt
 
 status=0
 timeout "$LIMIT_S" python3 bench/glue.py --trainer-only --work "$WORK" --glue-dir "$ROOT/.gpu/glue" --tasks "$TASKS" --seeds "$SEEDS" \
-  --pretrain-steps "$STEPS" --pretrain-batch "$BATCH" --max-train-examples "$MAX_TRAIN" --jobs "$JOBS" \
+  --pretrain-steps "$STEPS" --pretrain-batch "$BATCH" --pretrain-dropout 0.1 --max-train-examples "$MAX_TRAIN" --jobs "$JOBS" \
   --results-json "$OUT/results.json" 2>&1 | tee "$OUT/glue.log" || status=$?
 
 # what comes back: at most 8 files, two folders down

@@ -46,7 +46,7 @@ recipe() {  # name batch lr sets
   for kv in ${sets//,/ }; do extra+=(--pretrain-set "$kv"); done
   if [[ $name == "$first" ]]; then jobs=$((2 * JOBS)); else shared=(--random-from "$SWEEP/$first"); fi
   local common=(--trainer-only --work "$w" --glue-dir "$ROOT/.gpu/glue" --seeds "$SEEDS" --epochs "$EPOCHS" --seq-len "$SEQ"
-    --pretrain-steps "$steps" --pretrain-batch "$batch" --pretrain-lr "$lr" "${extra[@]}" "${shared[@]}" --jobs "$jobs")
+    --pretrain-steps "$steps" --pretrain-batch "$batch" --pretrain-lr "$lr" --pretrain-dropout 0.1 "${extra[@]}" "${shared[@]}" --jobs "$jobs")
   echo "$(date +%T) $name: $steps steps x $batch x $SEQ = $((steps * batch * SEQ)) tokens, lr $lr, ${sets:-no other setting}"
   timeout "$(left)" $PY bench/glue.py "${common[@]}" --tasks sst2 --max-train-examples "$SST2_MAX" \
     --results-json "$RESULTS/$name-sst2.json" >"$SWEEP/$name.log" 2>&1 || { rc=$?; echo "$(date +%T) $name sst2 failed: exit $rc"; }

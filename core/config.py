@@ -188,7 +188,7 @@ class TrainConfig(Section):
     dropout: float | None = Field(None, description="dropout; unset: 0.1 for BERT (paper), 0.0 for GPT (nanoGPT)")
     pre_ln: bool = Field(False, description="BERT with a pre-LN encoder instead of the paper's post-LN (not exportable to transformers)")
     precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="bf16 autocast (weights stay fp32) or fp32; auto: bf16 on CUDA, fp32 on the CPU"
+        "auto", description="bf16 autocast (weights stay fp32) or fp32; auto: bf16 on CUDA and on CPUs with AMX, else fp32"
     )
     eval_batches: int | None = Field(
         None, ge=1, description="cap on held-out batches per process in one evaluation; unset: every held-out example"
@@ -217,7 +217,7 @@ class FinetuneConfig(Section):
     seed: int = Field(0, description="seed of the classifier, data order, dropout and subset")
     random_init: bool = Field(False, description="same architecture and vocabulary, no pre-trained weights: the baseline")
     precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="bf16 autocast (weights stay fp32) or fp32; auto: bf16 on CUDA, fp32 on the CPU"
+        "auto", description="bf16 autocast (weights stay fp32) or fp32; auto: bf16 on CUDA and on CPUs with AMX, else fp32"
     )
 
 

@@ -165,7 +165,9 @@ def finetune_command(
         bool, typer.Option("--random-init", help="same architecture and vocabulary, untrained weights (the baseline)")
     ] = False,
     device: Annotated[Optional[str], typer.Option(help="cuda or cpu (default: cuda when available)")] = None,
-    precision: Annotated[str, typer.Option(help="auto | fp32 | bf16 (auto: bf16 on CUDA, fp32 on the CPU)")] = FinetuneConfig().precision,
+    precision: Annotated[
+        str, typer.Option(help="auto | fp32 | bf16 (auto: bf16 on CUDA and on CPUs with AMX, else fp32)")
+    ] = FinetuneConfig().precision,
 ) -> None:
     """Fine-tune a BERT checkpoint on a GLUE task; prints and writes the dev metric beside the majority-class baseline (OUT/results.json)."""
     from corpusforge.trainer.finetune import finetune, finetune_seeds
