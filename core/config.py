@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from corpusforge.core import storage
 
+Precision = Literal["auto", "fp32", "bf16"]  # of the trainer's arithmetic; trainer/device.py says what auto picks
+PRECISION_HELP = "bf16 autocast (weights stay fp32) or fp32; auto: bf16 on CUDA and on CPUs with AMX, else fp32"
+
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -187,9 +190,7 @@ class TrainConfig(Section):
     seed: int = Field(0, description="seed of initialisation, dropout and data order")
     dropout: float | None = Field(None, description="dropout; unset: 0.1 for BERT (paper), 0.0 for GPT (nanoGPT)")
     pre_ln: bool = Field(False, description="BERT with a pre-LN encoder instead of the paper's post-LN (not exportable to transformers)")
-    precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="bf16 autocast (weights stay fp32) or fp32; auto: bf16 on CUDA and on CPUs with AMX, else fp32"
-    )
+    precision: Precision = Field("auto", description=PRECISION_HELP)
     eval_batches: int | None = Field(
         None, ge=1, description="cap on held-out batches per process in one evaluation; unset: every held-out example"
     )
@@ -216,9 +217,7 @@ class FinetuneConfig(Section):
     max_train_examples: int | None = Field(None, ge=1, description="train on a seeded subset of this many examples, in file order")
     seed: int = Field(0, description="seed of the classifier, data order, dropout and subset")
     random_init: bool = Field(False, description="same architecture and vocabulary, no pre-trained weights: the baseline")
-    precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="bf16 autocast (weights stay fp32) or fp32; auto: bf16 on CUDA and on CPUs with AMX, else fp32"
-    )
+    precision: Precision = Field("auto", description=PRECISION_HELP)
 
 
 class FetchConfig(Section):

@@ -34,7 +34,7 @@ from corpusforge.pipeline.examples_stage import write_bert_shards, write_gpt_sha
 from corpusforge.shards.reader import ShardError, column_view, open_shard, read_manifest
 from corpusforge.trainer.checkpoint import OPTIMIZER_NAME, WEIGHTS_NAME, checkpoint_dir, load_weights, read_state, resolve_checkpoint
 from corpusforge.trainer.data import DataWaitTimer, ShardStream, to_model_inputs
-from corpusforge.trainer.device import autocast
+from corpusforge.trainer.device import autocast, has_amx
 from corpusforge.trainer.loop import train
 from corpusforge.trainer.metrics import read_log
 from corpusforge.trainer.models import ModelConfig, build_model
@@ -231,8 +231,7 @@ def test_bf16_precision_computes_in_bf16_on_the_cpu_and_resumes_bit_identical(bo
     with autocast(cpu, "fp32"):
         assert torch.nn.functional.linear(x, w).dtype == torch.float32
     with autocast(cpu, "auto"):  # bf16 where the CPU has AMX tiles (this project's machines do), else fp32
-        amx = torch.cpu._is_amx_tile_supported()
-        assert torch.nn.functional.linear(x, w).dtype == (torch.bfloat16 if amx else torch.float32)
+        assert torch.nn.functional.linear(x, w).dtype == (torch.bfloat16 if has_amx() else torch.float32)
 
     def run(precision: str, out: str, steps: int = 6, resume: str | None = None) -> dict[str, torch.Tensor]:
         cfg = TrainConfig(

@@ -9,7 +9,7 @@ import typer
 from pydantic import ValidationError
 
 from corpusforge.core import storage
-from corpusforge.core.config import FinetuneConfig, TrainConfig, load_config
+from corpusforge.core.config import PRECISION_HELP, FinetuneConfig, TrainConfig, load_config
 from corpusforge.core.layout import Layout
 from corpusforge.shards.cache import DEFAULT_DIR, DEFAULT_GB, DIR_ENV, GB_ENV, using
 from corpusforge.shards.reader import ShardError, read_manifest
@@ -165,9 +165,7 @@ def finetune_command(
         bool, typer.Option("--random-init", help="same architecture and vocabulary, untrained weights (the baseline)")
     ] = False,
     device: Annotated[Optional[str], typer.Option(help="cuda or cpu (default: cuda when available)")] = None,
-    precision: Annotated[
-        str, typer.Option(help="auto | fp32 | bf16 (auto: bf16 on CUDA and on CPUs with AMX, else fp32)")
-    ] = FinetuneConfig().precision,
+    precision: Annotated[str, typer.Option(help=f"auto | fp32 | bf16: {PRECISION_HELP}")] = FinetuneConfig().precision,
 ) -> None:
     """Fine-tune a BERT checkpoint on a GLUE task; prints and writes the dev metric beside the majority-class baseline (OUT/results.json)."""
     from corpusforge.trainer.finetune import finetune, finetune_seeds

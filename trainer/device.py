@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Literal
 
 import torch
 
-Precision = Literal["auto", "fp32", "bf16"]
+from corpusforge.core.config import Precision
 
 
 def pick_device(name: str | None = None) -> torch.device:
@@ -19,8 +18,13 @@ def uses_bf16(device: torch.device, precision: Precision = "auto") -> bool:
     """``auto``: bf16 on CUDA and on a CPU with AMX tiles (bf16 matrix units: 5x fp32's matmul rate on the
     2-core machine the bench runs on), fp32 on other CPUs, where bf16 is emulated and slower."""
     if precision == "auto":
-        return device.type == "cuda" or (device.type == "cpu" and torch.cpu._is_amx_tile_supported())
+        return device.type == "cuda" or (device.type == "cpu" and has_amx())
     return precision == "bf16"
+
+
+def has_amx() -> bool:
+    """Whether this CPU has AMX tiles (torch's own probe, private: a torch without it counts as no AMX)."""
+    return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
 
 
 def autocast(device: torch.device, precision: Precision = "auto") -> contextlib.AbstractContextManager:

@@ -25,9 +25,9 @@ from torch import nn
 from tqdm import tqdm
 
 from corpusforge.core import storage
-from corpusforge.core.config import FinetuneConfig
+from corpusforge.core.config import FinetuneConfig, Precision
 from corpusforge.trainer.checkpoint import WEIGHTS_NAME, load_weights, read_state, resolve_checkpoint, run_tokenizer
-from corpusforge.trainer.device import Precision, autocast, pick_device
+from corpusforge.trainer.device import autocast, pick_device
 from corpusforge.trainer.glue import Example, encode, get_task, load_task, majority_baseline, score, subset
 from corpusforge.trainer.models import Bert, ModelConfig
 from corpusforge.trainer.optim import Recipe, make_optimizer, make_scheduler
