@@ -36,7 +36,9 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import get_args
 
+from corpusforge.core.config import PRECISION_HELP, Precision
 from corpusforge.shards.reader import read_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,7 +195,7 @@ def subset_size(spec: str, task: str) -> int | None:
     if spec.isdigit():
         return int(spec) or None
     sizes = dict(item.split("=") for item in spec.split(",") if item)
-    return int(sizes[task]) or None if task in sizes else None
+    return int(sizes.get(task, 0)) or None
 
 
 def welch_p(pretrained: list[float], random: list[float]) -> float:
@@ -256,9 +258,9 @@ def main() -> None:
     parser.add_argument("--model", default="bert-mini", help="model size of both arms")
     parser.add_argument(
         "--precision",
-        choices=["auto", "fp32", "bf16"],
+        choices=get_args(Precision),
         default="auto",
-        help="pre-training and fine-tuning (auto: bf16 on CUDA and on CPUs with AMX, else fp32)",
+        help=f"of pre-training and fine-tuning: {PRECISION_HELP}",
     )
     parser.add_argument("--results-json", type=Path, default=None, help="every figure as JSON [default: WORK/results.json]")
     args = parser.parse_args()
