@@ -42,11 +42,16 @@ class RunConfig(Section):
         "DirectRunner",
         description="Beam runner: DirectRunner (local, pinned so Beam never downloads Prism), DaskRunner, FlinkRunner, SparkRunner, DataflowRunner",
     )
-    # every core by default: one worker process per core (0 = as many as the machine has); "in_memory"
-    # runs in this process (fastest start, for small corpora and tests); all modes write the same bytes
-    direct_running_mode: Literal["in_memory", "multi_threading", "multi_processing"] = Field(
-        "multi_processing",
-        description="DirectRunner mode: multi_processing (a worker process per core), multi_threading, or in_memory (this process: fastest start, for small corpora and tests); all write the same bytes",
+    # "auto": a stage with a small input runs in this process (a worker process's start, mostly importing Beam,
+    # costs more than it saves there), a larger one gets a worker process per core; all modes write the same bytes
+    direct_running_mode: Literal["auto", "in_memory", "multi_threading", "multi_processing"] = Field(
+        "auto",
+        description="DirectRunner mode: auto (in_memory for a stage whose input is under run.in_process_bytes, else multi_processing), multi_processing (a worker process per core), multi_threading, or in_memory (this process); all write the same bytes",
+    )
+    in_process_bytes: int = Field(
+        32 << 20,
+        ge=0,
+        description="auto mode: a stage reading less text than this runs in this process (inputs: compressed files count 4x; examples stages: the documents' text)",
     )
     direct_num_workers: int = Field(0, ge=0, description="DirectRunner workers; 0: one per core")
     beam_args: list[str] = Field(

@@ -53,12 +53,13 @@ class Source:
     name: str
     inputs: Callable[[Config], list[str]]  # the files it reads, fingerprinted before they are read
     read: Callable[[Config, beam.Pipeline, ReadContext], list[beam.PCollection]]
+    fetches: Callable[[Config], bool] = lambda cfg: False  # reads pages online: the fetch, not its inputs, sets the time
 
 
 SOURCES = (
     Source("books", books_inputs, read_books),
     Source("wikipedia", wikipedia_inputs, read_wikipedia),
-    Source("webtext", webtext_inputs, read_webtext),
+    Source("webtext", webtext_inputs, read_webtext, fetches=lambda cfg: not cfg.webtext.offline),
     Source("records", records_inputs, read_records),
 )
 FILTERS = ("clean", "dedup", "near_dedup")  # per-document filters of the documents job, in order
@@ -151,13 +152,24 @@ def _documents_inputs(cfg: Config, parts: list[str]) -> list[str]:
     return [path for source in SOURCES if source.name in parts for path in source.inputs(cfg)] + list(evaluation)
 
 
+def _source_text_bytes(cfg: Config, parts: list[str]) -> int | None:
+    """The text the sources read, about; None when one fetches pages online."""
+    from corpusforge.pipeline.options import input_text_bytes
+
+    sources = [source for source in SOURCES if source.name in parts]
+    if any(source.fetches(cfg) for source in sources):
+        return None
+    return input_text_bytes([path for source in sources for path in source.inputs(cfg)])
+
+
 def _run_documents(ctx: Context) -> Outcome:
     from corpusforge.pipeline.documents_io import output_files
     from corpusforge.pipeline.options import pipeline_options
     from corpusforge.pipeline.summary import check_accounting, merge_counts, recount_file, stats_to_json
 
-    layout, options = ctx.layout, pipeline_options(ctx.cfg.run)
-    job = documents_job(ctx.cfg, layout, documents_parts(ctx.cfg.run.stages))
+    parts = documents_parts(ctx.cfg.run.stages)
+    layout, options = ctx.layout, pipeline_options(ctx.cfg.run, _source_text_bytes(ctx.cfg, parts))
+    job = documents_job(ctx.cfg, layout, parts)
     made_from = f"force-{uuid.uuid4().hex}" if ctx.force else ctx.fingerprint  # --force: no finished task is reused
     counters, finished = run_documents_job(options, job, made_from)
     release_freed_memory()
@@ -275,15 +287,18 @@ def example_stage(name: str, vocab_kind: str, write: Callable[..., dict]) -> Sta
 
     def run(ctx: Context) -> Outcome:
         from corpusforge.pipeline.documents_io import output_files
+        from corpusforge.pipeline.examples_stage import corpus_size
         from corpusforge.pipeline.options import pipeline_options
 
         layout, cfg = ctx.layout, ctx.cfg
         folder = layout.shards(name)
         vocab = layout.path(ctx.markers["vocab"].data["vocab"][vocab_kind])
-        options, work, on_workers = pipeline_options(cfg.run), layout.work(name), not shuffles_through_launcher(cfg.run)
+        documents = output_files(layout.documents)
+        options = pipeline_options(cfg.run, corpus_size(documents, "text")[1])
+        work, on_workers = layout.work(name), not shuffles_through_launcher(cfg.run)
         write(
             options,
-            output_files(layout.documents),
+            documents,
             vocab,
             folder,
             getattr(cfg, name),
