@@ -49,7 +49,7 @@ class RunConfig(Section):
         description="DirectRunner mode: auto (in_memory for a stage whose input is under run.in_process_bytes, else multi_processing), multi_processing (a worker process per core), multi_threading, or in_memory (this process); all write the same bytes",
     )
     in_process_bytes: int = Field(
-        32 << 20,
+        16 << 20,
         ge=0,
         description="auto mode: a stage reading less text than this runs in this process (inputs: compressed files count 4x; examples stages: the documents' text)",
     )
