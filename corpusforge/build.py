@@ -121,7 +121,7 @@ def run_stages(cfg: Config, plan: Plan, result: BuildResult) -> dict[str, Marker
         else:
             remove_marker(layout, name)  # before its outputs change
             made = made_from(stage, cfg, parts_of(stage, cfg, True, None), plan.inputs.get(name), markers)
-            context = Context(cfg, layout, markers, fingerprint(made), plan.force)
+            context = Context(cfg, layout, markers, fingerprint(made), plan.force, plan.inputs.get(name, []))
             t0 = time.perf_counter()
             with progress.stage(name, poll=lambda stage=stage: stage.live(layout)):
                 outcome = stage.run(context)

@@ -105,6 +105,7 @@ class Context:
     markers: dict[str, Marker]  # the stages it is made from
     fingerprint: str  # of what it is made from (a killed train run with the same one continues)
     force: bool
+    inputs: list[dict[str, Any]] = field(default_factory=list)  # its input files as the plan described them (path, bytes, ...)
 
 
 @dataclass(frozen=True)
@@ -152,14 +153,13 @@ def _documents_inputs(cfg: Config, parts: list[str]) -> list[str]:
     return [path for source in SOURCES if source.name in parts for path in source.inputs(cfg)] + list(evaluation)
 
 
-def _source_text_bytes(cfg: Config, parts: list[str]) -> int | None:
-    """The text the sources read, about; None when one fetches pages online."""
+def _source_text_bytes(cfg: Config, parts: list[str], inputs: list[dict[str, Any]]) -> int | None:
+    """The text the ``inputs`` (as the plan described them) hold, about; None when a source fetches pages online."""
     from corpusforge.pipeline.options import input_text_bytes
 
-    sources = [source for source in SOURCES if source.name in parts]
-    if any(source.fetches(cfg) for source in sources):
+    if any(source.fetches(cfg) for source in SOURCES if source.name in parts):
         return None
-    return input_text_bytes([path for source in sources for path in source.inputs(cfg)])
+    return input_text_bytes((entry["path"], entry["bytes"]) for entry in inputs)
 
 
 def _run_documents(ctx: Context) -> Outcome:
@@ -168,7 +168,7 @@ def _run_documents(ctx: Context) -> Outcome:
     from corpusforge.pipeline.summary import check_accounting, merge_counts, recount_file, stats_to_json
 
     parts = documents_parts(ctx.cfg.run.stages)
-    layout, options = ctx.layout, pipeline_options(ctx.cfg.run, _source_text_bytes(ctx.cfg, parts))
+    layout, options = ctx.layout, pipeline_options(ctx.cfg.run, _source_text_bytes(ctx.cfg, parts, ctx.inputs))
     job = documents_job(ctx.cfg, layout, parts)
     made_from = f"force-{uuid.uuid4().hex}" if ctx.force else ctx.fingerprint  # --force: no finished task is reused
     counters, finished = run_documents_job(options, job, made_from)
@@ -287,18 +287,16 @@ def example_stage(name: str, vocab_kind: str, write: Callable[..., dict]) -> Sta
 
     def run(ctx: Context) -> Outcome:
         from corpusforge.pipeline.documents_io import output_files
-        from corpusforge.pipeline.examples_stage import corpus_size
         from corpusforge.pipeline.options import pipeline_options
 
         layout, cfg = ctx.layout, ctx.cfg
         folder = layout.shards(name)
         vocab = layout.path(ctx.markers["vocab"].data["vocab"][vocab_kind])
-        documents = output_files(layout.documents)
-        options = pipeline_options(cfg.run, corpus_size(documents, "text")[1])
-        work, on_workers = layout.work(name), not shuffles_through_launcher(cfg.run)
+        text_bytes = sum(stats["bytes"] for stats in ctx.markers["documents"].data["stats"].values())  # recounted by the documents stage
+        options, work, on_workers = pipeline_options(cfg.run, text_bytes), layout.work(name), not shuffles_through_launcher(cfg.run)
         write(
             options,
-            documents,
+            output_files(layout.documents),
             vocab,
             folder,
             getattr(cfg, name),

@@ -8,11 +8,10 @@ downloads a binary (offline that fails and silently falls back). Every other Bea
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from corpusforge.core import storage
 from corpusforge.core.config import RunConfig
 
 IN_PROCESS_RUNNERS = ("DirectRunner", "FnApiRunner")  # shuffled elements pass through the launching process
@@ -49,9 +48,9 @@ def running_mode(run: RunConfig, text_bytes: int | None) -> str:
     return "in_memory" if text_bytes is not None and text_bytes < run.in_process_bytes else "multi_processing"
 
 
-def input_text_bytes(paths: Sequence[str]) -> int:
-    """The text in input files, about: their sizes, a compressed file's counted ``COMPRESSED_TEXT_RATIO`` times."""
-    return sum(storage.size(path) * (COMPRESSED_TEXT_RATIO if path.lower().endswith(COMPRESSED) else 1) for path in paths)
+def input_text_bytes(files: Iterable[tuple[str, int]]) -> int:
+    """The text in input files (path, size), about: a compressed file's size counts ``COMPRESSED_TEXT_RATIO`` times."""
+    return sum(size * (COMPRESSED_TEXT_RATIO if path.lower().endswith(COMPRESSED) else 1) for path, size in files)
 
 
 def shuffles_through_launcher(run: RunConfig) -> bool:

@@ -11,8 +11,10 @@ import pytest
 from apache_beam.options.pipeline_options import DirectOptions
 
 from corpusforge.core.config import Config, RunConfig
+from corpusforge.markers import describe_inputs
 from corpusforge.pipeline.options import COMPRESSED_TEXT_RATIO, pipeline_options
-from corpusforge.stages import _source_text_bytes
+from corpusforge.stages import _documents_inputs
+from corpusforge.stages import _source_text_bytes as described_text_bytes
 
 MB = 1 << 20
 
@@ -38,6 +40,11 @@ def test_auto_runs_small_jobs_here_and_large_ones_on_a_worker_per_core() -> None
 def test_an_explicit_mode_is_kept_at_any_size(mode: str) -> None:
     for size in (1, 10 * 1024 * MB, None):
         assert direct(RunConfig(direct_running_mode=mode), size)[0] == mode
+
+
+def _source_text_bytes(cfg: Config, parts: list[str]) -> int | None:
+    """What the documents stage goes by, from its inputs as the build's plan describes them."""
+    return described_text_bytes(cfg, parts, describe_inputs(_documents_inputs(cfg, parts), []))
 
 
 def test_the_documents_stage_sizes_its_inputs_compressed_ones_at_their_text(tmp_path: Path) -> None:
