@@ -9,8 +9,10 @@
 3. ``Create`` packs 128 elements per partition, so few-hundred-file jobs used one worker: here each element is a
    partition (up to 1024).
 4. A GroupByKey keeps its input's partition count, which doubles at every CoGroupByKey (a concat of bags): the
-   shuffle graphs grew exponentially in the launcher. Here shuffles have a bounded count.
+   shuffle graphs grew exponentially in the launcher. Here a shuffle has two partitions per worker thread (4-16).
 5. The result never closes the ``dask.distributed.Client`` the runner opened. Here it does once the job is done.
+6. Every partition runs on the graph's one DoFn instance, so a worker with several threads runs bundles
+   concurrently on shared state (``start_bundle`` of one resets another's). Here each bundle has its own copy.
 
 The fixes reach into Beam's private runner code: every name they use is listed once in ``BEAM_INTERNALS``, with the
 bug it works around, and ``check_beam_internals()`` runs before they are imported, so a Beam release that moved one
@@ -21,6 +23,9 @@ are cited at each fix; the README's runner section lists them.
 from __future__ import annotations
 
 import collections
+import copy
+import dataclasses
+import functools
 import inspect
 import pkgutil
 
@@ -171,7 +176,10 @@ from apache_beam.transforms.sideinputs import SideInputMap  # noqa: E402
 def _run_bundle(items, label: str, fn: beam.DoFn, window_fn, side_inputs, args: list, kwargs: dict) -> list:
     """One Dask partition as one bundle, with fresh receivers (Beam shares one set across partitions), read after
     ``finish_bundle`` (Beam reads before it), tagged outputs kept tagged (Beam strips the tags). Fix 2; no upstream
-    issue found."""
+    issue found. And on a copy of the DoFn: Beam runs every partition on the one instance in the graph, so a
+    worker with several threads (``dask worker``'s default: one per core) ran bundles concurrently on shared
+    bundle state (a GroupByKey of 400 elements on 3 threads came out as 339). Fix 6; no upstream issue found."""
+    fn = copy.deepcopy(fn)  # fix 6: a bundle's own DoFn, as Beam's workers deserialize one per bundle processor
     receivers = OneReceiver()
     handler = _OutputHandler(
         window_fn=window_fn,
@@ -224,22 +232,40 @@ class _SpreadCreate(Create):
         return db.from_sequence(items, npartitions=max(1, min(len(items), MAX_CREATE_PARTITIONS)))
 
 
+@dataclasses.dataclass
 class _BoundedGroupByKey(GroupByKey):
     """Beam's translation keeps the input's partition count, and a CoGroupByKey's input is a concat of bags:
     partitions doubled at every join (connected components: ~2^20 after eight rounds) and the launcher spent
-    gigabytes building the shuffle graph. Here a shuffle has at most ``MAX_SHUFFLE_PARTITIONS`` outputs. Fix 4; no
-    upstream issue found (apache/beam#29365 is another GroupByKey partitioning bug, fixed in Dask)."""
+    gigabytes building the shuffle graph. Here a shuffle has at most ``limit`` outputs. Fix 4; no upstream
+    issue found (apache/beam#29365 is another GroupByKey partitioning bug, fixed in Dask)."""
+
+    limit: int = 16
 
     def apply(self, input_bag: db.Bag, side_inputs=None) -> db.Bag:
-        limit = self.bag_kwargs.get("npartitions") or MAX_SHUFFLE_PARTITIONS
+        limit = self.bag_kwargs.get("npartitions") or self.limit
         if input_bag.npartitions > limit:
             input_bag = input_bag.repartition(limit)
         return super().apply(input_bag, side_inputs)
 
 
 MAX_CREATE_PARTITIONS = 1024
+MIN_SHUFFLE_PARTITIONS = 4
 MAX_SHUFFLE_PARTITIONS = 16  # tasks per shuffle grow ~n^2: 16 keeps the scheduler small; --dask_npartitions raises it
-_TRANSLATIONS = {**TRANSLATIONS, beam.ParDo: _TaggedParDo, _Create: _SpreadCreate, _GroupByKeyOnly: _BoundedGroupByKey}
+
+
+def shuffle_partitions(threads: int) -> int:
+    """Outputs per shuffle: two per worker thread, so no thread waits on another's one large task, and no more.
+
+    A shuffle of n partitions is ~n^2 tasks, all passing through the scheduler, which on a small cluster
+    shares the workers' cores: the near-dedup job has ~36 shuffles, so 16 partitions on 2 threads made
+    15,300 tasks where 4 make ~4,000 (and the 400 MB documents job 9% less CPU).
+    """
+    return min(MAX_SHUFFLE_PARTITIONS, max(MIN_SHUFFLE_PARTITIONS, 2 * threads))
+
+
+def _translations(shuffle_limit: int) -> dict:
+    shuffle = functools.partial(_BoundedGroupByKey, limit=shuffle_limit)
+    return {**TRANSLATIONS, beam.ParDo: _TaggedParDo, _Create: _SpreadCreate, _GroupByKeyOnly: shuffle}
 
 
 def _only_tag(bag: db.Bag, tag: str | None) -> db.Bag:
@@ -250,11 +276,12 @@ def _only_tag(bag: db.Bag, tag: str | None) -> db.Bag:
 
 
 class _Visitor(PipelineVisitor):
-    """Beam's graph walk, with ``_TRANSLATIONS``, each consumer reading only its output (fix 2), and the leaves
-    remembered (fix 1)."""
+    """Beam's graph walk, with our translations (fixes 2-4), each consumer reading only its output (fix 2), and
+    the leaves remembered (fix 1)."""
 
-    def __init__(self, bag_kwargs: dict) -> None:
+    def __init__(self, bag_kwargs: dict, shuffle_limit: int) -> None:
         self.bag_kwargs = bag_kwargs
+        self.translations = _translations(shuffle_limit)
         self.bags: dict[AppliedPTransform, db.Bag] = collections.OrderedDict()
         self.consumed: set[AppliedPTransform] = set()
 
@@ -267,7 +294,7 @@ class _Visitor(PipelineVisitor):
         return _only_tag(bag, value.tag) if len(producer.outputs) > 1 else bag
 
     def visit_transform(self, node: AppliedPTransform) -> None:
-        op = _TRANSLATIONS.get(node.transform.__class__, NoOp)(node, bag_kwargs=self.bag_kwargs)
+        op = self.translations.get(node.transform.__class__, NoOp)(node, bag_kwargs=self.bag_kwargs)
         kwargs: dict = {"input_bag": None, "side_inputs": None}
         inputs = [b for b in (self._bag_of(v) for v in node.inputs if not isinstance(v, pvalue.PBegin)) if b is not None]
         if inputs:
@@ -304,7 +331,7 @@ class DaskRunner(BeamDaskRunner):
         bag_kwargs = DaskOptions._extract_bag_kwargs(dask_options)
         client = ddist.Client(**dask_options)
         pipeline.replace_all(dask_overrides())
-        visitor = _Visitor(bag_kwargs)
+        visitor = _Visitor(bag_kwargs, shuffle_partitions(sum(client.nthreads().values())))
         pipeline.visit(visitor)
         futures = client.compute(visitor.leaves())  # one graph: shared upstream tasks run once
         return _Result(client, futures)

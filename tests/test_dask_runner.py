@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import ast
 import os
+import time
 import tomllib
+import uuid
 from pathlib import Path
 
 import apache_beam as beam
@@ -128,3 +130,60 @@ def test_every_branch_runs_with_its_own_output(tmp_path: Path) -> None:
     expected = {f"even-{x}" for x in range(0, 40, 2)} | {"even-end"} | {f"odd-{x}" for x in range(1, 40, 2)}
     expected |= {f"group-{k}:{sum(x for x in range(1, 40, 2) if x % 3 == k)}" for k in range(3)}
     assert set(os.listdir(folder)) == expected
+
+
+def test_shuffles_have_two_partitions_per_worker_thread_within_bounds() -> None:
+    from corpusforge.pipeline.dask_runner import MAX_SHUFFLE_PARTITIONS, MIN_SHUFFLE_PARTITIONS, shuffle_partitions
+
+    assert [shuffle_partitions(n) for n in (0, 1, 2, 3, 8, 100)] == [4, 4, 4, 6, 16, 16]
+    assert (MIN_SHUFFLE_PARTITIONS, MAX_SHUFFLE_PARTITIONS) == (4, 16)
+
+
+def test_a_shuffle_on_the_cluster_has_the_partitions_of_its_threads(tmp_path: Path) -> None:
+    """The GroupByKey of a 400-partition Create is cut to 2 x 3 threads = 6 partitions: 6 distinct tasks group."""
+    from dask.distributed import LocalCluster
+
+    folder = str(tmp_path)
+    with LocalCluster(n_workers=1, threads_per_worker=3, processes=False, dashboard_address=None) as cluster:
+        options = PipelineOptions(
+            ["--runner=corpusforge.pipeline.dask_runner.DaskRunner", f"--dask_client_address={cluster.scheduler_address}"]
+        )
+        with beam.Pipeline(options=options) as p:
+            grouped = p | beam.Create(range(400)) | beam.Map(lambda x: (x % 97, x)) | beam.GroupByKey()
+            _ = grouped | beam.ParDo(_RecordBundle(folder))
+    bundles = os.listdir(folder)
+    assert len(bundles) == 6
+    assert sum(int(open(os.path.join(folder, b)).read()) for b in bundles) == 97
+
+
+def test_bundles_on_a_multithreaded_worker_do_not_share_dofn_state(tmp_path: Path) -> None:
+    """``dask worker`` runs a thread per core: 400 one-element partitions on 4 threads, each bundle counting its
+    own elements, add up to 400 (on Beam's shared instance, one bundle's start_bundle reset another's count)."""
+    from dask.distributed import LocalCluster
+
+    folder = str(tmp_path)
+    with LocalCluster(n_workers=1, threads_per_worker=4, processes=False, dashboard_address=None) as cluster:
+        options = PipelineOptions(
+            ["--runner=corpusforge.pipeline.dask_runner.DaskRunner", f"--dask_client_address={cluster.scheduler_address}"]
+        )
+        with beam.Pipeline(options=options) as p:
+            _ = p | beam.Create(range(400)) | beam.ParDo(_RecordBundle(folder, pause=0.002))
+    assert sum(int(open(os.path.join(folder, b)).read()) for b in os.listdir(folder)) == 400
+
+
+class _RecordBundle(beam.DoFn):
+    """One file per bundle (a Dask partition) holding how many elements (or groups) it saw."""
+
+    def __init__(self, folder: str, pause: float = 0.0) -> None:
+        self.folder, self.pause = folder, pause
+
+    def start_bundle(self) -> None:
+        self.groups = 0
+
+    def process(self, item) -> None:
+        time.sleep(self.pause)  # other threads' bundles start meanwhile
+        self.groups += 1
+
+    def finish_bundle(self) -> None:
+        with open(os.path.join(self.folder, uuid.uuid4().hex), "w") as f:
+            f.write(str(self.groups))
