@@ -21,7 +21,7 @@ def in_fresh_process(fn: Callable[..., T], *args: Any) -> T:
 
 def release_freed_memory() -> None:
     """Hand the heap the in-process runner freed back to the system (glibc keeps it otherwise), so the
-    recount and the later stages do not stack on the runner's high-water mark."""
+    later stages do not stack on the runner's high-water mark."""
     gc.collect()
     try:
         ctypes.CDLL(None).malloc_trim(0)

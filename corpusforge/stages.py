@@ -25,7 +25,7 @@ from corpusforge.core import storage
 from corpusforge.core.config import Config
 from corpusforge.core.layout import Layout
 from corpusforge.markers import Marker, describe_outputs, digest
-from corpusforge.pipeline.documents_job import DocumentsJob, ReadContext, Removal, recount_on_workers, run_documents_job
+from corpusforge.pipeline.documents_job import DocumentsJob, ReadContext, Removal, run_documents_job
 from corpusforge.pipeline.options import shuffles_through_launcher
 from corpusforge.pipeline.sources import (
     books_inputs,
@@ -165,7 +165,7 @@ def _source_text_bytes(cfg: Config, parts: list[str], inputs: list[dict[str, Any
 def _run_documents(ctx: Context) -> Outcome:
     from corpusforge.pipeline.documents_io import output_files
     from corpusforge.pipeline.options import pipeline_options
-    from corpusforge.pipeline.summary import check_accounting, merge_counts, recount_file, stats_to_json
+    from corpusforge.pipeline.summary import check_accounting, gather_recounts, merge_counts, stats_to_json
 
     parts = documents_parts(ctx.cfg.run.stages)
     layout, options = ctx.layout, pipeline_options(ctx.cfg.run, _source_text_bytes(ctx.cfg, parts, ctx.inputs))
@@ -173,11 +173,7 @@ def _run_documents(ctx: Context) -> Outcome:
     made_from = f"force-{uuid.uuid4().hex}" if ctx.force else ctx.fingerprint  # --force: no finished task is reused
     counters, finished = run_documents_job(options, job, made_from)
     release_freed_memory()
-    files = output_files(layout.documents) + output_files(layout.rejects)
-    if job.file_shuffle:  # the in-process runner: read back here, as fast as its workers would
-        counts = [recount_file(path) for path in files]
-    else:  # a cluster: read back and checksummed on the workers, not downloaded to the launcher
-        counts = recount_on_workers(options, files, job.work)
+    counts = gather_recounts(job.recounts, output_files(layout.documents) + output_files(layout.rejects))
     stats = merge_counts(counts)
     check_accounting(counters, stats)
     progress.count("documents", sum(s.documents for s in stats.values()))

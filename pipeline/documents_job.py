@@ -7,7 +7,6 @@ handed in as a ``DocumentsJob``: this module never looks at stage names.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,7 +16,6 @@ from corpusforge.core import storage
 from corpusforge.core.config import CleanConfig, NearDedupConfig
 from corpusforge.pipeline.counters import write_counters
 from corpusforge.pipeline.steps import ExactDedup, SpillRejects, WriteDocuments, WriteRejects, split_kinds
-from corpusforge.pipeline.summary import FileCount, recount_file
 
 
 @dataclass(frozen=True)
@@ -61,6 +59,11 @@ class DocumentsJob:
     def counters(self) -> str:
         return storage.join(self.work, "counters.json")
 
+    @property
+    def recounts(self) -> str:
+        """Where each writer leaves the recount of the part it wrote (``summary.record_recount``)."""
+        return storage.join(self.work, "recounts")
+
 
 def documents_graph(p: beam.Pipeline, job: DocumentsJob) -> None:
     """Every input record ends as a document or a reject; counters of each stream go to ``job.counters``."""
@@ -80,10 +83,12 @@ def documents_graph(p: beam.Pipeline, job: DocumentsJob) -> None:
         reject_streams.append(near_out[REJECTS])
     if job.removal is not None:
         refs = remove_reference_source(refs, reject_streams, job.removal, shuffle)
-    document_counters = refs | "WriteDocuments" >> WriteDocuments(job.documents, storage.join(job.work, "scatter"), job.part_bytes, shuffle)
+    document_counters = refs | "WriteDocuments" >> WriteDocuments(
+        job.documents, storage.join(job.work, "scatter"), job.part_bytes, job.recounts, shuffle
+    )
     rejects = storage.join(job.work, "rejects")
     reject_files = tuple(reject_streams) | "AllRejects" >> SpillRejects(job.reject_parts, rejects)  # a tuple: Beam takes a list for data
-    reject_counters = reject_files | "WriteRejects" >> WriteRejects(job.rejects, job.reject_parts, storage.join(rejects, "runs"))
+    reject_counters = reject_files | "WriteRejects" >> WriteRejects(job.rejects, job.reject_parts, storage.join(rejects, "runs"), job.recounts)
     write_counters({"read": read_counters, "documents": document_counters, "rejects": reject_counters}, job.counters)
 
 
@@ -110,7 +115,7 @@ def run_documents_job(options: beam.options.pipeline_options.PipelineOptions, jo
     stamp = storage.join(job.work, "made-from.json")
     resumable = storage.is_file(stamp) and storage.read_json(stamp).get("fingerprint") == made_from
     for folder in [job.documents, job.rejects] + (
-        [storage.join(job.work, n) for n in ("shuffle", "scatter", "rejects")] if resumable else [job.work]
+        [storage.join(job.work, n) for n in ("shuffle", "scatter", "rejects", "recounts")] if resumable else [job.work]
     ):
         storage.remove_tree(folder)
     storage.remove(job.counters)
@@ -123,19 +128,3 @@ def run_documents_job(options: beam.options.pipeline_options.PipelineOptions, jo
     documents_graph(pipeline, job)
     pipeline.run().wait_until_finish()
     return (storage.read_json(job.counters) if storage.is_file(job.counters) else {}), finished
-
-
-def recount_on_workers(options: beam.options.pipeline_options.PipelineOptions, files: list[str], work: str) -> list[FileCount]:
-    """Every written file read back and checksummed by the runner's workers (on a cluster the launcher would
-    otherwise download the whole corpus); only the small per-file counts come back, through ``work``."""
-    result = storage.join(work, "recount.pickle")
-    with beam.Pipeline(options=options) as p:
-        _ = (
-            p
-            | "Files" >> beam.Create(files)
-            | "Spread" >> beam.Reshuffle()
-            | "Recount" >> beam.Map(recount_file)
-            | "Gather" >> beam.combiners.ToList()
-            | "Write" >> beam.Map(lambda counts: storage.write_bytes(result, pickle.dumps(counts, protocol=pickle.HIGHEST_PROTOCOL)))
-        )
-    return pickle.loads(storage.read_bytes(result))

@@ -43,6 +43,7 @@ from corpusforge.pipeline.documents_io import (
     write_sorted,
 )
 from corpusforge.pipeline.file_shuffle import FileCoGroupByKey, FileGroupByKey
+from corpusforge.pipeline.summary import record_recount
 
 log = logging.getLogger(__name__)
 REF, REJECT = "ref", "reject"
@@ -236,16 +237,18 @@ def _kinds(table: pa.Table) -> Iterable[str]:
 
 class _WriteDocumentPart(beam.DoFn):
     """(part, scattered pieces) -> one Parquet part sorted by id, written by ``write_sorted`` (a worker holds
-    a bounded share of the part, not all of it); yields its counters."""
+    a bounded share of the part, not all of it), then read back (``record_recount``); yields its counters."""
 
-    def __init__(self, directory: str, scratch: str) -> None:
-        self.directory, self.scratch = directory, scratch
+    def __init__(self, directory: str, scratch: str, recounts: str) -> None:
+        self.directory, self.scratch, self.recounts = directory, scratch, recounts
 
     def process(self, item: tuple[tuple[int, int], Iterable[str]]) -> Iterator[dict]:
         (index, parts), pieces = item
         counts: Counter[str] = Counter()
         tables = _read_pieces(pieces, counts) if pieces else iter([documents_table([])])
-        write_sorted(tables, storage.join(self.directory, PART_PATTERN.format(index=index, count=parts)), ["id"], self.scratch)
+        path = storage.join(self.directory, PART_PATTERN.format(index=index, count=parts))
+        write_sorted(tables, path, ["id"], self.scratch)
+        record_recount(path, self.recounts)
         yield dict(counts)
 
 
@@ -258,9 +261,10 @@ class WriteDocuments(beam.PTransform):
     Yields one counters dict per part.
     """
 
-    def __init__(self, directory: str, scatter_dir: str, part_bytes: int, shuffle_dir: str | None = None) -> None:
+    def __init__(self, directory: str, scatter_dir: str, part_bytes: int, recounts: str, shuffle_dir: str | None = None) -> None:
         super().__init__()
         self.directory, self.scatter_dir, self.part_bytes, self.shuffle_dir = directory, scatter_dir, part_bytes, shuffle_dir
+        self.recounts = recounts
 
     def expand(self, refs: beam.PCollection) -> beam.PCollection:
         rows = (
@@ -280,7 +284,7 @@ class WriteDocuments(beam.PTransform):
             | "JoinPartCount" >> FileCoGroupByKey(self.shuffle_dir)  # every survivor's row: not through the launcher
             | "Scatter" >> beam.FlatMap(_scatter, self.scatter_dir)
             | "ByPart" >> beam.GroupByKey()
-            | "WritePart" >> beam.ParDo(_WriteDocumentPart(self.directory, storage.join(self.scatter_dir, "runs")))
+            | "WritePart" >> beam.ParDo(_WriteDocumentPart(self.directory, storage.join(self.scatter_dir, "runs"), self.recounts))
         )
 
 
@@ -341,23 +345,25 @@ class SpillRejects(beam.PTransform):
 
 class WriteRejects(beam.PTransform):
     """(part, file) from ``SpillRejects`` -> ``parts`` Parquet files by id hash, each sorted by (id, reason,
-    key) by ``write_sorted`` (a bounded share of a part in memory); yields per-part counters.
+    key) by ``write_sorted`` (a bounded share of a part in memory), each read back (``record_recount``); yields
+    per-part counters.
 
     A fixed count (rejects are ~100 bytes each), so no global count has to reach every record first.
     """
 
-    def __init__(self, directory: str, parts: int, scratch: str) -> None:
+    def __init__(self, directory: str, parts: int, scratch: str, recounts: str) -> None:
         super().__init__()
-        self.directory, self.parts, self.scratch = directory, parts, scratch
+        self.directory, self.parts, self.scratch, self.recounts = directory, parts, scratch, recounts
 
     def expand(self, files: beam.PCollection) -> beam.PCollection:
-        directory, parts, scratch = self.directory, self.parts, self.scratch
+        directory, parts, scratch, recounts = self.directory, self.parts, self.scratch, self.recounts
 
         def write(item: tuple[int, Iterable[str]]) -> dict:
             index, pieces = item
             counts: Counter[str] = Counter()
             path = storage.join(directory, PART_PATTERN.format(index=index, count=parts))
             write_sorted(_read_pieces(pieces, counts), path, ["id", "reason", "key"], scratch)
+            record_recount(path, recounts)
             return dict(counts)
 
         return files | "GroupParts" >> beam.GroupByKey() | "Write" >> beam.Map(write)

@@ -7,6 +7,7 @@ report, so a build reads its documents back once, not once for the check and aga
 
 from __future__ import annotations
 
+import pickle
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 
@@ -77,6 +78,22 @@ def recount_file(path: str) -> FileCount:
                 size, earlier = count.documents.get(name, (0, b""))
                 count.documents[name] = (size + (pc.sum(pc.binary_length(texts)).as_py() or 0), earlier + words.tobytes())
     return count
+
+
+def record_recount(path: str, folder: str) -> None:
+    """Recount a part its writer just wrote, where it wrote it, into ``folder`` (one small pickle per part):
+    the launcher gathers these instead of reading the corpus back, or starting a second job to."""
+    name = f"{storage.name(storage.parent(path))}-{storage.name(path)}.pickle"  # documents/ and rejects/ share part names
+    storage.write_bytes(storage.join(folder, name), pickle.dumps(recount_file(path), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def gather_recounts(folder: str, files: list[str]) -> list[FileCount]:
+    """The writers' recounts of ``files``; a file written without one (or a recount without its file) is an error."""
+    counts = [pickle.loads(storage.read_bytes(path)) for path in storage.glob(storage.join(folder, "*.pickle"))]
+    counted, written = sorted(c.path for c in counts), sorted(files)
+    if counted != written:
+        raise AccountingError(f"the written parts and their recounts differ: {sorted(set(counted) ^ set(written))[:5]}")
+    return counts
 
 
 def collect_stats(documents_dir: storage.PathLike, rejects_dir: storage.PathLike) -> dict[str, SourceStats]:

@@ -39,7 +39,7 @@ from corpusforge.core.layout import Layout
 from corpusforge.corpora.document import Document
 from corpusforge.encoding.vocab import train_bpe, train_wordpiece
 from corpusforge.pipeline.documents_io import documents_table, output_files, write_table_atomic
-from corpusforge.pipeline.documents_job import documents_graph, recount_on_workers
+from corpusforge.pipeline.documents_job import documents_graph
 from corpusforge.pipeline.examples_stage import write_bert_shards, write_gpt_shards
 from corpusforge.pipeline.options import pipeline_options, shuffles_through_launcher
 from corpusforge.stages import documents_job, documents_parts
@@ -331,15 +331,6 @@ def documents_request(cfg: Config) -> Request:
     return dataflow_request(pipeline.run().job)
 
 
-def recount_request(cfg: Config, layout: Layout, submitted: list) -> Request:
-    """The documents stage's second Beam job on a cluster: the written files read back on the workers. A dry
-    run writes no result, so reading it back fails."""
-    with pytest.raises(FileNotFoundError):
-        recount_on_workers(pipeline_options(cfg.run), output_files(layout.documents), layout.work("documents"))
-    (job,) = submitted
-    return dataflow_request(job)
-
-
 def examples_requests(cfg: Config, layout: Layout, name: str, submitted: list) -> tuple[Request, Request]:
     """The ``bert`` or ``gpt`` stage's two Beam jobs on a cluster, called as the stage calls them: the examples
     spilled under the run's temporary area, then the shards cut on the workers. A dry run makes no example,
@@ -369,17 +360,9 @@ def test_documents_job_has_every_stage_and_names_no_local_path(cloud_inputs, tmp
     assert {"ExactDedup", "NearDedup", "WriteDocuments", "AllRejects", "WriteRejects", "WriteCounters"} <= steps
     options = request.job["environment"]["sdkPipelineOptions"]["options"]
     assert options["runner"] == "DataflowRunner" and options["project"] == "test-project"
-    texts = texts_in(request)  # the job reaches its URIs: the books, the spill, the outputs
+    texts = texts_in(request)  # the job reaches its URIs: the books, the spill, the outputs, the writers' recounts
     assert {f"{BUCKET}/in/books", f"{BUCKET}/tmp/documents/spill", f"{BUCKET}/run/documents", f"{BUCKET}/run/rejects"} <= texts
-    assert local_paths(request, tmp_path) == []
-
-
-def test_recount_job_reads_on_the_workers_and_names_no_local_path(cloud_inputs, submitted, tmp_path):
-    request = recount_request(cloud_config(), cloud_inputs, submitted)
-    assert {"Files", "Spread", "Recount", "Gather", "Write"} <= {name.split("/")[0] for name in request.transform_names()}
-    texts = texts_in(request)
-    assert f"{cloud_inputs.documents}/part-00000-of-00001.parquet" in texts
-    assert f"{cloud_inputs.work('documents')}/recount.pickle" in texts
+    assert f"{BUCKET}/tmp/documents/recounts" in texts
     assert local_paths(request, tmp_path) == []
 
 
