@@ -88,7 +88,9 @@ def documents_graph(p: beam.Pipeline, job: DocumentsJob) -> None:
     )
     rejects = storage.join(job.work, "rejects")
     reject_files = tuple(reject_streams) | "AllRejects" >> SpillRejects(job.reject_parts, rejects)  # a tuple: Beam takes a list for data
-    reject_counters = reject_files | "WriteRejects" >> WriteRejects(job.rejects, job.reject_parts, storage.join(rejects, "runs"), job.recounts)
+    reject_counters = reject_files | "WriteRejects" >> WriteRejects(
+        job.rejects, job.reject_parts, storage.join(rejects, "runs"), job.recounts
+    )
     write_counters({"read": read_counters, "documents": document_counters, "rejects": reject_counters}, job.counters)
 
 
