@@ -40,7 +40,7 @@ class RunConfig(Section):
     # Beam: the in-process runner is pinned explicitly (Beam 2.68+ would otherwise try to download Prism).
     runner: str = Field(
         "DirectRunner",
-        description="Beam runner: DirectRunner (local, pinned so Beam never downloads Prism), DaskRunner, FlinkRunner, SparkRunner, DataflowRunner",
+        description="Beam runner: DirectRunner (local: Beam's batch runner, never its Prism), DaskRunner, FlinkRunner, SparkRunner, DataflowRunner",
     )
     # "auto": a stage with a small input runs in this process (a worker process's start, mostly importing Beam,
     # costs more than it saves there), a larger one gets a worker process per core; all modes write the same bytes

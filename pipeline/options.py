@@ -1,8 +1,8 @@
 """Beam pipeline options from the typed run configuration.
 
-The in-process runner is pinned explicitly: Beam 2.68+ otherwise first tries its Prism runner, which
-downloads a binary (offline that fails and silently falls back). Every other Beam option passes through
-``run.beam_args`` unchanged, so the same job runs on Dask, Flink, Spark or Dataflow.
+The in-process runner is ours (``pipeline.local_runner``): Beam 2.68+'s DirectRunner first tries its Prism
+runner, which downloads a binary (offline that fails and falls back, online the job runs on Prism). Every other
+Beam option passes through ``run.beam_args`` unchanged, so the same job runs on Dask, Flink, Spark or Dataflow.
 """
 
 from __future__ import annotations
@@ -16,7 +16,11 @@ from corpusforge.core.config import RunConfig
 
 IN_PROCESS_RUNNERS = ("DirectRunner", "FnApiRunner")  # shuffled elements pass through the launching process
 # Runners Beam does not register by short name.
-RUNNER_ALIASES = {"DaskRunner": "corpusforge.pipeline.dask_runner.DaskRunner"}  # Beam's own, with five bugs fixed
+RUNNER_ALIASES = {
+    "DirectRunner": "corpusforge.pipeline.local_runner.LocalRunner",  # Beam's batch DirectRunner, minus the Prism attempt
+    "FnApiRunner": "corpusforge.pipeline.local_runner.LocalRunner",
+    "DaskRunner": "corpusforge.pipeline.dask_runner.DaskRunner",  # Beam's own, with six bugs fixed
+}
 COMPRESSED = (".bz2", ".gz", ".xz", ".zst")
 COMPRESSED_TEXT_RATIO = 4  # text per compressed byte, about (a Wikipedia dump's bz2: 3.2)
 
