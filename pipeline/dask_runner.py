@@ -220,6 +220,11 @@ class _TaggedParDo(ParDo):
         )
 
 
+MAX_CREATE_PARTITIONS = 1024
+MIN_SHUFFLE_PARTITIONS = 4
+MAX_SHUFFLE_PARTITIONS = 16  # tasks per shuffle grow ~n^2: 16 keeps the scheduler small; --dask_npartitions raises it
+
+
 class _SpreadCreate(Create):
     """One partition per element up to ``MAX_CREATE_PARTITIONS``: Beam's translation packs 128 elements into a
     partition, so a job over a few hundred input files ran on one or two workers. Fix 3: the symptom of
@@ -239,7 +244,7 @@ class _BoundedGroupByKey(GroupByKey):
     gigabytes building the shuffle graph. Here a shuffle has at most ``limit`` outputs. Fix 4; no upstream
     issue found (apache/beam#29365 is another GroupByKey partitioning bug, fixed in Dask)."""
 
-    limit: int = 16
+    limit: int = MAX_SHUFFLE_PARTITIONS
 
     def apply(self, input_bag: db.Bag, side_inputs=None) -> db.Bag:
         limit = self.bag_kwargs.get("npartitions") or self.limit
@@ -248,17 +253,13 @@ class _BoundedGroupByKey(GroupByKey):
         return super().apply(input_bag, side_inputs)
 
 
-MAX_CREATE_PARTITIONS = 1024
-MIN_SHUFFLE_PARTITIONS = 4
-MAX_SHUFFLE_PARTITIONS = 16  # tasks per shuffle grow ~n^2: 16 keeps the scheduler small; --dask_npartitions raises it
-
-
 def shuffle_partitions(threads: int) -> int:
     """Outputs per shuffle: two per worker thread, so no thread waits on another's one large task, and no more.
 
     A shuffle of n partitions is ~n^2 tasks, all passing through the scheduler, which on a small cluster
     shares the workers' cores: the near-dedup job has ~36 shuffles, so 16 partitions on 2 threads made
-    15,300 tasks where 4 make ~4,000 (and the 400 MB documents job 9% less CPU).
+    15,300 tasks where 4 make ~4,000 (the 400 MB documents job took 9% less CPU in one interleaved pair per
+    cluster size).
     """
     return min(MAX_SHUFFLE_PARTITIONS, max(MIN_SHUFFLE_PARTITIONS, 2 * threads))
 
