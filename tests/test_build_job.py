@@ -94,8 +94,8 @@ def test_output_identical_across_runners(tmp_path: Path, real_inputs: tuple[Path
 
     in_process = _real_build(tmp_path / "in_memory", real_inputs)
     _real_build(tmp_path / "multi", real_inputs, 'run.direct_running_mode="multi_processing"', "run.direct_num_workers=2")
-    with (
-        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as cluster,
+    with (  # 2 threads a worker, as `dask worker` runs by default (a thread per core): bundles run concurrently
+        LocalCluster(n_workers=2, threads_per_worker=2, processes=True, host="127.0.0.1", dashboard_address=None) as cluster,
         Client(cluster),
     ):
         _real_build(
