@@ -5,10 +5,12 @@ supports, and the fixes work (every branch runs, outputs stay apart, finish_bund
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import time
 import tomllib
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import apache_beam as beam
@@ -92,6 +94,19 @@ def test_the_installed_beam_is_in_the_range_pyproject_declares() -> None:
     assert Version(beam.__version__) in declared
 
 
+@contextlib.contextmanager
+def _dask_pipeline(threads: int) -> Iterator[beam.Pipeline]:
+    """A pipeline on our DaskRunner against a one-worker LocalCluster with ``threads`` threads, run on exit."""
+    from dask.distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=threads, processes=False, dashboard_address=None) as cluster:
+        options = PipelineOptions(
+            ["--runner=corpusforge.pipeline.dask_runner.DaskRunner", f"--dask_client_address={cluster.scheduler_address}"]
+        )
+        with beam.Pipeline(options=options) as p:
+            yield p
+
+
 class _Split(beam.DoFn):
     """Evens to the main output, odds to "odd", and one marker per bundle from finish_bundle."""
 
@@ -114,19 +129,13 @@ class _Record(beam.DoFn):
 
 
 def test_every_branch_runs_with_its_own_output(tmp_path: Path) -> None:
-    from dask.distributed import LocalCluster
-
     folder = str(tmp_path)
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
-        options = PipelineOptions(
-            ["--runner=corpusforge.pipeline.dask_runner.DaskRunner", f"--dask_client_address={cluster.scheduler_address}"]
-        )
-        with beam.Pipeline(options=options) as p:
-            split = p | beam.Create(range(40)) | beam.ParDo(_Split()).with_outputs("odd", main="even")
-            _ = split.even | "even" >> beam.ParDo(_Record(folder, "even"))
-            _ = split.odd | "odd" >> beam.ParDo(_Record(folder, "odd"))
-            grouped = split.odd | beam.Map(lambda x: (x % 3, x)) | beam.GroupByKey()
-            _ = grouped | beam.MapTuple(lambda k, xs: f"{k}:{sum(xs)}") | "group" >> beam.ParDo(_Record(folder, "group"))
+    with _dask_pipeline(threads=2) as p:
+        split = p | beam.Create(range(40)) | beam.ParDo(_Split()).with_outputs("odd", main="even")
+        _ = split.even | "even" >> beam.ParDo(_Record(folder, "even"))
+        _ = split.odd | "odd" >> beam.ParDo(_Record(folder, "odd"))
+        grouped = split.odd | beam.Map(lambda x: (x % 3, x)) | beam.GroupByKey()
+        _ = grouped | beam.MapTuple(lambda k, xs: f"{k}:{sum(xs)}") | "group" >> beam.ParDo(_Record(folder, "group"))
     expected = {f"even-{x}" for x in range(0, 40, 2)} | {"even-end"} | {f"odd-{x}" for x in range(1, 40, 2)}
     expected |= {f"group-{k}:{sum(x for x in range(1, 40, 2) if x % 3 == k)}" for k in range(3)}
     assert set(os.listdir(folder)) == expected
@@ -141,16 +150,10 @@ def test_shuffles_have_two_partitions_per_worker_thread_within_bounds() -> None:
 
 def test_a_shuffle_on_the_cluster_has_the_partitions_of_its_threads(tmp_path: Path) -> None:
     """The GroupByKey of a 400-partition Create is cut to 2 x 3 threads = 6 partitions: 6 distinct tasks group."""
-    from dask.distributed import LocalCluster
-
     folder = str(tmp_path)
-    with LocalCluster(n_workers=1, threads_per_worker=3, processes=False, dashboard_address=None) as cluster:
-        options = PipelineOptions(
-            ["--runner=corpusforge.pipeline.dask_runner.DaskRunner", f"--dask_client_address={cluster.scheduler_address}"]
-        )
-        with beam.Pipeline(options=options) as p:
-            grouped = p | beam.Create(range(400)) | beam.Map(lambda x: (x % 97, x)) | beam.GroupByKey()
-            _ = grouped | beam.ParDo(_RecordBundle(folder))
+    with _dask_pipeline(threads=3) as p:
+        grouped = p | beam.Create(range(400)) | beam.Map(lambda x: (x % 97, x)) | beam.GroupByKey()
+        _ = grouped | beam.ParDo(_RecordBundle(folder))
     bundles = os.listdir(folder)
     assert len(bundles) == 6
     assert sum(int(open(os.path.join(folder, b)).read()) for b in bundles) == 97
@@ -159,15 +162,9 @@ def test_a_shuffle_on_the_cluster_has_the_partitions_of_its_threads(tmp_path: Pa
 def test_bundles_on_a_multithreaded_worker_do_not_share_dofn_state(tmp_path: Path) -> None:
     """``dask worker`` runs a thread per core: 400 one-element partitions on 4 threads, each bundle counting its
     own elements, add up to 400 (on Beam's shared instance, one bundle's start_bundle reset another's count)."""
-    from dask.distributed import LocalCluster
-
     folder = str(tmp_path)
-    with LocalCluster(n_workers=1, threads_per_worker=4, processes=False, dashboard_address=None) as cluster:
-        options = PipelineOptions(
-            ["--runner=corpusforge.pipeline.dask_runner.DaskRunner", f"--dask_client_address={cluster.scheduler_address}"]
-        )
-        with beam.Pipeline(options=options) as p:
-            _ = p | beam.Create(range(400)) | beam.ParDo(_RecordBundle(folder, pause=0.002))
+    with _dask_pipeline(threads=4) as p:
+        _ = p | beam.Create(range(400)) | beam.ParDo(_RecordBundle(folder, pause=0.002))
     assert sum(int(open(os.path.join(folder, b)).read()) for b in os.listdir(folder)) == 400
 
 
