@@ -37,7 +37,7 @@ class RunConfig(Section):
         description="stages to run, in pipeline order; any of books, wikipedia, webtext, records, clean, dedup, near_dedup, documents, vocab, bert, gpt, train",
     )
     seed: int = Field(12345, description="seed of every random choice in the build (masking, pairing, shuffles)")
-    # Beam: the in-process runner is pinned explicitly (Beam 2.68+ would otherwise try to download Prism).
+    # Beam: "DirectRunner" runs on pipeline/local_runner.py (Beam's own would first try to download and run Prism).
     runner: str = Field(
         "DirectRunner",
         description="Beam runner: DirectRunner (local: Beam's batch runner, never its Prism), DaskRunner, FlinkRunner, SparkRunner, DataflowRunner",
