@@ -1,4 +1,4 @@
-"""The Dataflow jobs of every Beam stage (documents and its read-back recount; bert and gpt, each with its
+"""The Dataflow jobs of every Beam stage (documents, whose writers recount what they wrote; bert and gpt, each with its
 shard cut), built offline and checked: what ``corpusforge build`` would submit with ``run.runner =
 "DataflowRunner"``, made by DataflowRunner's dry run (no credentials, nothing sent).
 
