@@ -15,10 +15,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from corpusforge.core.config import RunConfig
 
 IN_PROCESS_RUNNERS = ("DirectRunner", "FnApiRunner")  # shuffled elements pass through the launching process
+LOCAL_RUNNER = "corpusforge.pipeline.local_runner.LocalRunner"  # Beam's batch DirectRunner, minus the Prism attempt
 # Runners Beam does not register by short name.
 RUNNER_ALIASES = {
-    "DirectRunner": "corpusforge.pipeline.local_runner.LocalRunner",  # Beam's batch DirectRunner, minus the Prism attempt
-    "FnApiRunner": "corpusforge.pipeline.local_runner.LocalRunner",
+    "DirectRunner": LOCAL_RUNNER,
+    "FnApiRunner": LOCAL_RUNNER,
     "DaskRunner": "corpusforge.pipeline.dask_runner.DaskRunner",  # Beam's own, with six bugs fixed
 }
 COMPRESSED = (".bz2", ".gz", ".xz", ".zst")

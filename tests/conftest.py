@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,25 @@ if os.environ.get("CI"):
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 SAMPLES = ROOT / "corpusforge" / "samples"
+SESSION_TEMP = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's own system temp folder (workers and Dask processes inherit it), so leftovers there are ours."""
+    session_temp = tempfile.mkdtemp(prefix="corpusforge-tests-")
+    os.environ["TMPDIR"] = session_temp
+    tempfile.tempdir = None  # re-read TMPDIR
+    config.stash[SESSION_TEMP] = Path(session_temp)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_beam_leftovers(pytestconfig: pytest.Config) -> Iterator[None]:
+    """Fail the session if a job left Beam's temp folders behind (Beam's own DirectRunner leaves one per job)."""
+    yield
+    session_temp = pytestconfig.stash[SESSION_TEMP]
+    leftovers = sorted(p.name for p in session_temp.glob("beam-*"))
+    shutil.rmtree(session_temp, ignore_errors=True)
+    assert not leftovers, f"Beam temp folders left in the system temp: {leftovers[:5]} ({len(leftovers)} in all)"
 
 
 @pytest.fixture(scope="session")

@@ -33,7 +33,7 @@ from corpusforge.encoding.vocab import load_tokenizer
 from corpusforge.pipeline.documents_io import documents_table, write_table_atomic
 from corpusforge.pipeline.examples_stage import partner_buckets, write_bert_shards
 from corpusforge.pipeline.file_shuffle import FileGroupByKey
-from corpusforge.pipeline.options import pipeline_options, shuffles_through_launcher
+from corpusforge.pipeline.options import LOCAL_RUNNER, pipeline_options, shuffles_through_launcher
 from corpusforge.shards.reader import open_shard, read_manifest
 
 BOOKS = ["11-0.txt", "35-0.txt", "41-0.txt", "43-0.txt"]
@@ -268,7 +268,7 @@ def test_documents_reach_every_partner_bucket_through_the_file_shuffle(tmp_path)
         cuts = sorted(random.sample(range(1, len(tokens)), random.randint(0, len(tokens) - 1)))  # sentence boundaries
         docs.append(TokenizedDocument(f"doc-{i}", np.asarray(tokens, dtype=np.uint16), np.asarray([0, *cuts, len(tokens)], dtype=np.int64)))
     bert = BertConfig(dupe_factor=3)
-    with beam.Pipeline(options=PipelineOptions(runner="DirectRunner")) as p:
+    with beam.Pipeline(options=PipelineOptions(runner=LOCAL_RUNNER)) as p:
         groups = (
             p
             | beam.Create(docs)
@@ -308,7 +308,7 @@ def test_beam_stage_writes_identical_shards_on_every_runner(parquet_documents, v
     shards = ShardsConfig(max_examples=700, sort_bucket_bytes=256 * 1024)
     runs = {}
     for mode, workers in (("in_memory", 1), ("multi_processing", 2)):
-        options = PipelineOptions([], runner="DirectRunner", direct_running_mode=mode, direct_num_workers=workers)
+        options = PipelineOptions([], runner=LOCAL_RUNNER, direct_running_mode=mode, direct_num_workers=workers)
         runs[mode] = write_bert_shards(options, parquet_documents, vocab_dir, tmp_path / mode, bert, shards, seed=5)
     with (
         LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as cluster,

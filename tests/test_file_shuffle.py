@@ -10,6 +10,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from corpusforge.pipeline import file_shuffle
 from corpusforge.pipeline.file_shuffle import FileCoGroupByKey, FileGroupByKey, bucket_of
+from corpusforge.pipeline.options import LOCAL_RUNNER
 
 PAIRS = [(f"k{i % 37}", (i, "v" * (i % 5))) for i in range(1_000)] + [(b"\x00bytes", 1), (7, "int key")]
 
@@ -21,7 +22,7 @@ def _sorted_groups(item):
 
 def _run(graph) -> None:
     """In this process (in_memory), so a patched flush size reaches the DoFn."""
-    with beam.Pipeline(options=PipelineOptions(["--direct_running_mode=in_memory"])) as p:
+    with beam.Pipeline(options=PipelineOptions([], runner=LOCAL_RUNNER, direct_running_mode="in_memory")) as p:
         graph(p)
 
 

@@ -21,6 +21,7 @@ from corpusforge.encoding.gpt_examples import cut_windows
 from corpusforge.encoding.vocab import load_tokenizer
 from corpusforge.pipeline.documents_io import documents_table, write_table_atomic
 from corpusforge.pipeline.examples_stage import write_gpt_shards
+from corpusforge.pipeline.options import LOCAL_RUNNER
 from corpusforge.shards.reader import column_view, open_shard, read_manifest
 
 EOT = 50256
@@ -80,7 +81,7 @@ def book_parquet(shared_data, tmp_path_factory) -> list[Path]:
 @pytest.mark.parametrize("keep_tail", [True, False])
 def test_beam_stage_accounts_for_every_token(book_parquet, bpe_dir, tmp_path, keep_tail):
     gpt = GptConfig(seq_len=128, keep_tail=keep_tail, docs_per_bucket=2)  # 4 documents: 2 streams, 2 tails
-    options = PipelineOptions([], runner="DirectRunner", direct_running_mode="in_memory")
+    options = PipelineOptions([], runner=LOCAL_RUNNER, direct_running_mode="in_memory")
     manifest = write_gpt_shards(
         options, book_parquet, bpe_dir, tmp_path, gpt, ShardsConfig(max_examples=400, sort_bucket_bytes=64 * 1024), seed=3
     )
@@ -113,7 +114,7 @@ def test_spill_goes_to_the_work_folder_and_beam_steps_cut_the_same_shards(book_p
     """With ``work`` (the run's temporary area) the shard folder only ever gets the shards and the manifest, and
     cutting on the runner's workers (forced here on the in-process runner) writes the same bytes as the processes."""
     gpt, shards = GptConfig(seq_len=128, docs_per_bucket=2), ShardsConfig(max_examples=400, sort_bucket_bytes=64 * 1024)
-    options = PipelineOptions([], runner="DirectRunner", direct_running_mode="in_memory")
+    options = PipelineOptions([], runner=LOCAL_RUNNER, direct_running_mode="in_memory")
     reference = write_gpt_shards(options, book_parquet, bpe_dir, tmp_path / "local", gpt, shards, seed=3)
     written = []
     for name in ("makedirs", "writing", "local_output"):

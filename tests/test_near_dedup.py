@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from corpusforge.core.config import NearDedupConfig
 from corpusforge.corpora.document import Document, make_id
 from corpusforge.pipeline.near_dedup import NearDedup, on_wikipedia, wikipedia_removal
+from corpusforge.pipeline.options import LOCAL_RUNNER
 from corpusforge.pipeline.steps import SpillDocuments
 
 
@@ -51,7 +52,7 @@ def corpus(words, other_words) -> dict[str, Document]:
 
 def options(mode: str = "in_memory") -> PipelineOptions:
     flags = {"direct_num_workers": 2} if mode == "multi_processing" else {}
-    return PipelineOptions([], runner="DirectRunner", direct_running_mode=mode, **flags)
+    return PipelineOptions([], runner=LOCAL_RUNNER, direct_running_mode=mode, **flags)
 
 
 def write_sorted(pcoll: beam.PCollection, path: Path) -> None:

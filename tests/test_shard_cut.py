@@ -11,6 +11,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from shard_factory import random_bert_columns
 
 from corpusforge.pipeline.examples_stage import cut_with_beam
+from corpusforge.pipeline.options import LOCAL_RUNNER
 from corpusforge.shards.format import MANIFEST_NAME, bert_schema
 from corpusforge.shards.reader import open_shard, read_manifest
 from corpusforge.shards.writer import (
@@ -88,7 +89,7 @@ def test_beam_steps_cut_the_same_bytes_as_worker_processes(spilled, tmp_path):
     folder, _, _ = spilled
     options = dict(target_bytes=row_bytes(SCHEMA) * 170, compression="zstd")
     write_spilled_shards(folder, SCHEMA, tmp_path / "processes", MANIFEST, workers=2, **options)
-    beam = PipelineOptions([], runner="DirectRunner", direct_running_mode="in_memory")
+    beam = PipelineOptions([], runner=LOCAL_RUNNER, direct_running_mode="in_memory")
     (tmp_path / "temp").mkdir()
     write_spilled_shards(folder, SCHEMA, tmp_path / "beam", MANIFEST, cut=partial(cut_with_beam, beam, str(tmp_path / "temp")), **options)
     reference = outputs(tmp_path / "processes")

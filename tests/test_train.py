@@ -31,6 +31,7 @@ from corpusforge.corpora.books import read_book
 from corpusforge.encoding.vocab import train_bpe, train_wordpiece
 from corpusforge.pipeline.documents_io import documents_table
 from corpusforge.pipeline.examples_stage import write_bert_shards, write_gpt_shards
+from corpusforge.pipeline.options import LOCAL_RUNNER
 from corpusforge.shards.reader import ShardError, column_view, open_shard, read_manifest
 from corpusforge.trainer.checkpoint import OPTIMIZER_NAME, WEIGHTS_NAME, checkpoint_dir, load_weights, read_state, resolve_checkpoint
 from corpusforge.trainer.data import DataWaitTimer, ShardStream, to_model_inputs
@@ -57,7 +58,7 @@ def books(tmp_path_factory, shared_data) -> dict[str, Path]:
         pq.write_table(documents_table(docs), out / f"{split}.parquet")
         texts += [doc.text for doc in docs] if split == "train" else []
     vocab = {"bert": train_wordpiece(texts, out / "wordpiece", VOCAB), "gpt": train_bpe(texts, out / "bpe", VOCAB)}
-    options = PipelineOptions([], runner="DirectRunner", direct_running_mode="in_memory")
+    options = PipelineOptions([], runner=LOCAL_RUNNER, direct_running_mode="in_memory")
     dirs = {}
     for split in ("train", "held_out"):
         docs = [out / f"{split}.parquet"]

@@ -19,6 +19,7 @@ from corpusforge.core.config import Config
 from corpusforge.corpora.document import make_id
 from corpusforge.corpora.urls import canonical_url
 from corpusforge.corpora.warc import Capture, WarcFile, warc_files
+from corpusforge.pipeline.options import LOCAL_RUNNER
 from corpusforge.pipeline.webtext import build_webtext
 
 FETCH = {**FAST_FETCH, "per_host_concurrency": 32, "concurrency": 32, "allow_networks": ["127.0.0.1/32"]}
@@ -26,7 +27,7 @@ FETCH = {**FAST_FETCH, "per_host_concurrency": 32, "concurrency": 32, "allow_net
 
 def run_job(cfg: Config, out: Path) -> tuple[list[dict], list[dict]]:
     """Run the composite and read its two outputs back from text files."""
-    options = PipelineOptions(flags=[], runner="DirectRunner", direct_running_mode="in_memory")
+    options = PipelineOptions(flags=[], runner=LOCAL_RUNNER, direct_running_mode="in_memory")
     with beam.Pipeline(options=options) as pipeline:
         documents, rejects = build_webtext(pipeline, cfg)
         for name, records in (("documents", documents), ("rejects", rejects)):
