@@ -77,13 +77,14 @@ def print_build_summary(console: Console, result: BuildResult) -> None:
     timings = ", ".join(f"{stage} {seconds:.1f}s" for stage, seconds in result.stage_seconds.items())
     console.print(f"[bold]wall time[/]: {timings}")
     layout = Layout.at(result.output_dir)
-    console.print(f"[bold green]outputs[/] in {layout.out}:")
+    # Paths are never wrapped (soft_wrap): a piped console is 80 columns, and a path cut in two cannot be pasted.
+    console.print(f"[bold green]outputs[/] in {layout.out}:", soft_wrap=True)
     for folder in (layout.documents, layout.rejects, layout.vocab_root, layout.shards_root, layout.path("train")):
         if storage.is_dir(folder):
-            console.print(f"  {folder}/")
-    console.print(f"  manifest: {result.manifest_path}")
+            console.print(f"  {folder}/", soft_wrap=True)
+    console.print(f"  manifest: {result.manifest_path}", soft_wrap=True)
     if storage.is_file(layout.report):
-        console.print(f"  report:   {layout.report}  (open it in a browser)")
+        console.print(f"  report:   {layout.report}  (open it in a browser)", soft_wrap=True)
 
 
 def _is_rejects(path: str) -> bool:

@@ -15,6 +15,7 @@ import apache_beam as beam
 from corpusforge.core import storage
 from corpusforge.core.config import CleanConfig, NearDedupConfig
 from corpusforge.pipeline.counters import write_counters
+from corpusforge.pipeline.options import beam_job
 from corpusforge.pipeline.steps import ExactDedup, SpillRejects, WriteDocuments, WriteRejects, split_kinds
 
 
@@ -126,7 +127,6 @@ def run_documents_job(options: beam.options.pipeline_options.PipelineOptions, jo
     if not resumable:
         storage.write_json(stamp, {"fingerprint": made_from})
     finished = len(storage.listdir(storage.join(job.work, "completions")))
-    pipeline = beam.Pipeline(options=options)
-    documents_graph(pipeline, job)
-    pipeline.run().wait_until_finish()
+    with beam_job(options) as pipeline:
+        documents_graph(pipeline, job)
     return (storage.read_json(job.counters) if storage.is_file(job.counters) else {}), finished

@@ -57,6 +57,7 @@ from corpusforge.encoding.sentence_tokens import SentenceEncoder
 from corpusforge.encoding.vocab import EOT, load_tokenizer, vocab_manifest
 from corpusforge.pipeline.counters import COUNTERS, merge_counters, only, write_counters
 from corpusforge.pipeline.file_shuffle import FileGroupByKey
+from corpusforge.pipeline.options import beam_job
 from corpusforge.shards.format import MANIFEST_NAME, bert_schema, gpt_schema, id_type, shard_manifest
 from corpusforge.shards.writer import ShardJob, row_bytes, spill_pieces, write_spilled_shards
 
@@ -296,7 +297,7 @@ def run_job(
     ``cut_on_workers``: the shards are cut by a second Beam job on the runner's workers (a distributed
     runner), not by processes spawned beside the launcher.
     """
-    with beam.Pipeline(options=pipeline_options) as p:
+    with beam_job(pipeline_options) as p:
         _ = p | "Read" >> source | "Examples" >> graph
     counts_file = storage.join(job.temp, COUNTERS_FILE)  # absent only when no batch came in (an empty corpus)
     counters = merge_counters(storage.read_json(counts_file).values()) if storage.is_file(counts_file) else {}
@@ -321,7 +322,7 @@ def cut_with_beam(pipeline_options: PipelineOptions, temp: str, jobs: list[Shard
     runners, one partition each on Dask), so the shards are written in parallel, each by one worker.
     """
     path = storage.join(temp, ENTRIES_FILE)
-    with beam.Pipeline(options=pipeline_options) as p:
+    with beam_job(pipeline_options) as p:
         _ = (
             p
             | "ShardJobs" >> beam.Create(list(enumerate(jobs)))

@@ -1,4 +1,4 @@
-"""Beam pipeline options from the typed run configuration.
+"""Beam pipeline options from the typed run configuration, and the block that runs a graph built with them.
 
 The in-process runner is ours (``pipeline.local_runner``): Beam 2.68+'s DirectRunner first tries its Prism
 runner, which downloads a binary (offline that fails and falls back, online the job runs on Prism). Every other
@@ -8,8 +8,11 @@ Beam option passes through ``run.beam_args`` unchanged, so the same job runs on 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import shutil
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
+import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from corpusforge.core.config import RunConfig
@@ -37,6 +40,21 @@ def pipeline_options(run: RunConfig, text_bytes: int | None = None, **extra: obj
         if not any(flag.startswith("--default_sdk_harness_log_level") for flag in run.beam_args):
             flags.append("--default_sdk_harness_log_level=WARNING")  # worker processes: no per-bundle INFO lines
     return PipelineOptions(flags, **extra)
+
+
+@contextmanager
+def beam_job(options: PipelineOptions) -> Iterator[beam.Pipeline]:
+    """A pipeline to build in the block, run to the end when the block ends.
+
+    Beam removes the temp folder a ``Pipeline`` makes in the system temp only inside ``run``: a graph that
+    failed to build (a bad input named in one line) left a ``beam-pipeline-temp*`` folder behind.
+    """
+    pipeline = beam.Pipeline(options=options)
+    try:
+        yield pipeline
+        pipeline.run().wait_until_finish()
+    finally:
+        shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
 
 
 def running_mode(run: RunConfig, text_bytes: int | None) -> str:

@@ -177,6 +177,7 @@ run_build(Config.model_validate(json.loads(sys.argv[1])))
 
 
 @pytest.mark.slow
+@pytest.mark.kills_launcher
 def test_killed_launcher_resumes_and_the_lock_holds(inputs: dict[str, Any], reference: dict[str, str]) -> None:
     out, temp = "s3://corpus-out/killed", "s3://corpus-out/killed-tmp"
     cfg = config(inputs["remote"], out, temp, direct_running_mode="in_memory", lock_lease_s=4.0)

@@ -118,6 +118,7 @@ def _run_to_end(out: Path) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.kills_launcher
 def test_kill_at_each_stage_then_rerun_gives_the_uninterrupted_bytes(reference: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     points = [
@@ -140,6 +141,7 @@ def test_kill_at_each_stage_then_rerun_gives_the_uninterrupted_bytes(reference: 
     assert verify(out / "shards" / "bert") == [] and verify(out / "shards" / "gpt") == []
 
 
+@pytest.mark.kills_launcher
 def test_killed_rebuild_over_a_finished_folder_leaves_no_stale_manifest(finished: Path) -> None:
     out = finished
     _kill_when(_start(out, "clean.min_words=50"), lambda: any((out / ".work" / "documents").rglob("*.arrow")))
