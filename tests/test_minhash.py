@@ -241,10 +241,17 @@ def test_lsh_params_and_s_curve():
 
 def test_lsh_params_are_datasketchs():
     from datasketch import MinHashLSH
+    from datasketch.lsh import _optimal_param
 
     for threshold, num_perm in ((0.8, 128), (0.7, 256), (0.5, 64)):
         lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
         assert lsh_params(threshold, num_perm) == (lsh.b, lsh.r)
+    # our own quadrature, datasketch's choice: every threshold, signature size and weighting a config can ask for, about
+    for num_perm in (8, 16, 32, 64, 100, 128, 200, 256):
+        for threshold in (0.05 * i for i in range(1, 20)):
+            for fn_weight in (0.1, 0.5, 0.9):
+                expected = _optimal_param(threshold, num_perm, 1.0 - fn_weight, fn_weight)
+                assert lsh_params(threshold, num_perm, 1.0 - fn_weight, fn_weight) == expected, (threshold, num_perm, fn_weight)
 
 
 def test_band_keys_collide_for_equal_bands_only():
