@@ -17,6 +17,7 @@ from transformers import BertTokenizerFast, GPT2TokenizerFast
 from corpusforge.core.config import VocabConfig
 from corpusforge.corpora.document import Document
 from corpusforge.corpora.gutenberg import strip_gutenberg
+from corpusforge.encoding import vocab as vocab_module
 from corpusforge.encoding.vocab import (
     WORDPIECE_ALPHABET,
     _CharTable,
@@ -203,7 +204,10 @@ def exact_alphabet(texts: list[str], tokenizer, limit: int) -> tuple[list[str], 
 
 @pytest.mark.parametrize("lowercase", [True, False])
 @pytest.mark.parametrize("limit", [40, 1000])
-def test_alphabet_from_per_character_normalization_equals_the_whole_text_one(shared_data, lowercase, limit):
+@pytest.mark.parametrize("chunk_chars", [None, 64])  # 64: hundreds of chunks, most with only a few characters not yet seen inside a word
+def test_alphabet_from_per_character_normalization_equals_the_whole_text_one(shared_data, lowercase, limit, chunk_chars, monkeypatch):
+    if chunk_chars:
+        monkeypatch.setattr(vocab_module, "ALPHABET_CHUNK_CHARS", chunk_chars)
     tricky = (
         "Ünïcödé façade e\u0301te\u0301 İstanbul ΣΟΦΟΣ σοφος 日本語のテキスト 中文字 한국어 텍스트 emoji🙂inside "
         "tab\tand\u00a0nbsp zero\u200bwidth ctrl\x01char a\u0301\u0323b ﬁne ǅemal Straße ÅNGSTRÖM x\u2028y"
