@@ -205,6 +205,16 @@ def corpus_of(size_mb: int, work: Path, source: str = "books", page_bytes: int =
 SPIN = "x = 0\nfor i in range(12_000_000): x += i * i\nimport numpy as np\na = np.random.default_rng(0).random(3_000_000)\nfor _ in range(30): np.sort(a)"
 
 
+def reference_seconds(runs: int = 5) -> float:
+    """CPU seconds of a run of ``SPIN`` alone, the median of ``runs`` (it swings by a fifth within a minute here)."""
+    seconds = []
+    for _ in range(runs):
+        before = children_cpu()
+        subprocess.run([sys.executable, "-c", SPIN], check=True)
+        seconds.append(children_cpu() - before)
+    return statistics.median(seconds)
+
+
 def machine_speedup(processes: int = 2) -> float:
     """Throughput of ``processes`` copies of one CPU-bound job at once against one alone: on this machine, the most a
     cluster of that many one-thread workers can reach over one worker (neighbours, shared caches, clocks take their share)."""
@@ -579,6 +589,8 @@ def main() -> None:
     # "default mode": a worker process per core, set explicitly (the auto default runs stages under
     # run.in_process_bytes in this process, and these rows measure the worker processes at every size)
     print(f"machine: {os.cpu_count()} cores; default mode = multi_processing, one worker per core; source: {args.source}")
+    # This shared machine's speed drifts by a quarter between days: a fixed job's time lets figures of two runs be compared.
+    print(f"machine speed: the reference job (bench/scale.py SPIN) alone takes {reference_seconds():.2f} CPU-s (median of 5)", flush=True)
     print(f"{'run':34} {'input MB':>8} {'wall s':>7} {'CPU s':>7} {'MB/CPU-s':>8} {'launcher MB':>11} {'worker MB':>9}")
     rows, inproc = {}, {}
     for size in args.sizes:
