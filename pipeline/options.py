@@ -8,13 +8,13 @@ Beam option passes through ``run.beam_args`` unchanged, so the same job runs on 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from corpusforge.core import storage
 from corpusforge.core.config import RunConfig
 
 IN_PROCESS_RUNNERS = ("DirectRunner", "FnApiRunner")  # shuffled elements pass through the launching process
@@ -54,7 +54,7 @@ def beam_job(options: PipelineOptions) -> Iterator[beam.Pipeline]:
         yield pipeline
         pipeline.run().wait_until_finish()
     finally:
-        shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
+        storage.remove_tree(pipeline.local_tempdir)
 
 
 def running_mode(run: RunConfig, text_bytes: int | None) -> str:
