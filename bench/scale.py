@@ -25,6 +25,7 @@ ours), peak RSS per process, store bytes per MB of input, and whether A and B wr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -234,8 +235,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def dask_build(corpus: Path, out: Path, workers: int) -> dict:
-    """The documents job on a Dask cluster whose scheduler and workers are their own processes."""
+def busy_cores(stream: list[dict], start: float, wall: float, bins: int = 10) -> list[float]:
+    """Cores kept busy by tasks in each of ``bins`` equal slices of a run, from Dask's task stream."""
+    busy = [0.0] * bins
+    width = wall / bins
+    for task in stream:
+        for part in task["startstops"]:
+            if part["action"] != "compute":
+                continue
+            begin, end = part["start"] - start, part["stop"] - start
+            for b in range(max(0, int(begin // width)), min(bins, int(end // width) + 1)):
+                busy[b] += max(0.0, min(end, (b + 1) * width) - max(begin, b * width))
+    return [seconds / width for seconds in busy]
+
+
+def dask_build(corpus: Path, out: Path, workers: int, timeline: bool = False) -> dict:
+    """The documents job on a Dask cluster whose scheduler and workers are their own processes (``timeline``: the
+    cores its tasks kept busy in each tenth of the run, from the scheduler's task stream)."""
     port = free_port()
     bin_dir = Path(sys.executable).parent
     scheduler = subprocess.Popen(
@@ -266,16 +282,27 @@ def dask_build(corpus: Path, out: Path, workers: int) -> dict:
     time.sleep(5)
     try:
         cpu_cluster0 = sum(_tree_cpu(p.pid) for p in [scheduler, *worker_procs])
-        result = build(
-            corpus,
-            out,
-            DOCUMENTS,
-            "--set",
-            'run.runner="DaskRunner"',
-            "--set",
-            f'run.beam_args=["--dask_client_address=127.0.0.1:{port}"]',
-            watch=[scheduler.pid, *(p.pid for p in worker_procs)],
-        )
+        stream = contextlib.nullcontext(None)
+        if timeline:
+            from dask.distributed import Client, get_task_stream
+
+            client = Client(f"127.0.0.1:{port}")
+            stream = get_task_stream(client=client)
+        start = time.time()
+        with stream as tasks:
+            result = build(
+                corpus,
+                out,
+                DOCUMENTS,
+                "--set",
+                'run.runner="DaskRunner"',
+                "--set",
+                f'run.beam_args=["--dask_client_address=127.0.0.1:{port}"]',
+                watch=[scheduler.pid, *(p.pid for p in worker_procs)],
+            )
+        if timeline:
+            result["busy"] = busy_cores(tasks.data, start, time.time() - start)
+            client.close()
         result["cluster_cpu"] = sum(_tree_cpu(p.pid) for p in [scheduler, *worker_procs]) - cpu_cluster0
         result["scheduler"] = result["others"].get(scheduler.pid, 0)
         result["dask_workers"] = max((v for k, v in result["others"].items() if k != scheduler.pid), default=0)
@@ -579,6 +606,9 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=1, help="runs of each, interleaved: with --store s3, local and S3; else Dask 2 and 1 workers"
     )
+    parser.add_argument(
+        "--timeline", action="store_true", help="Dask runs: the cores their tasks kept busy in each tenth of the run (Dask's task stream)"
+    )
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     if args.store == "s3":
@@ -617,7 +647,7 @@ def main() -> None:
         ratios, equal_cpu, ceiling = [], [], []
         for _ in range(args.repeat):  # interleaved: 2, 1, 2, 1, ... (one run pair swung from 1.75x to 2.31x here)
             ceiling.append(machine_speedup(2))
-            dask = {n: dask_build(corpus, args.work / f"out-dask{n}", n) for n in (2, 1)}
+            dask = {n: dask_build(corpus, args.work / f"out-dask{n}", n, args.timeline) for n in (2, 1)}
             ratios.append(dask[1]["wall"] / dask[2]["wall"])
             # The same job's CPU swings by up to 30% between runs on a shared machine, and the wall with it:
             # cores kept busy (CPU / wall) is what the second worker changes, whatever the neighbours do.
@@ -629,6 +659,8 @@ def main() -> None:
                     f"scheduler {mb(r['scheduler'])} MB",
                     flush=True,
                 )
+                if "busy" in r:
+                    print(f"  cores its tasks kept busy, by tenth of the run: {' '.join(f'{b:.2f}' for b in r['busy'])}", flush=True)
     print("\ntargets:")
     small, big = min(args.sizes), max(args.sizes)
     peak = lambda r: max(r["launcher"], r["workers"])  # noqa: E731
