@@ -43,9 +43,16 @@ def no_beam_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
     assert not leftovers, f"Beam temp folders left in the system temp: {leftovers[:5]} ({len(leftovers)} in all)"
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
-    if SESSION_TEMP in config.stash:
-        shutil.rmtree(config.stash[SESSION_TEMP], ignore_errors=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The session's temp folder goes when every test passed; after a failure it stays, with the tests' tmp_path folders."""
+    session_temp = session.config.stash[SESSION_TEMP]
+    if exitstatus == 0:
+        shutil.rmtree(session_temp, ignore_errors=True)
+    else:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(f"this session's temp folder (tmp_path folders, worker temp) is kept: {session_temp}")
 
 
 @pytest.fixture(scope="session")
