@@ -51,7 +51,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     else:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
-            reporter.ensure_newline()
+            reporter.write("\n")
             reporter.write_line(f"this session's temp folder (tmp_path folders, worker temp) is kept: {session_temp}")
 
 
