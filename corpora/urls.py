@@ -130,6 +130,7 @@ def clean_url(raw: str) -> CleanUrl | None:
     try:
         parts = urlsplit(text)
         port = parts.port
+        urlsplit(fetch)  # what is fetched must parse too: scrub_url cuts "www.<[/" to "www.", the "[" stays in it
     except ValueError:
         return None
     scheme = parts.scheme.lower()

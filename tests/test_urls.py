@@ -90,6 +90,14 @@ def test_fetched_spelling_is_the_submitted_one(submitted, fetched):
     assert canonical_url(cleaned.fetch) == cleaned.key
 
 
+def test_a_spelling_that_cannot_be_fetched_is_a_bad_url():
+    """Found by the fuzzer: courlan's scrub cut "www.<[/" to a valid URL, while the fetch spelling kept an unbalanced "["
+    and every later use of it (the extension blocklist, the fetch) raised ValueError: the WebText job stopped."""
+    assert clean_url("www.<[/") is None
+    assert clean_url("http://example.com/a[b]") is not None  # brackets in the path are fine
+    assert Blocklist().blocked_extension(clean_url("www.example.com/paper.pdf").fetch) == "pdf"  # type: ignore[union-attr]
+
+
 def test_fetch_form_keeps_server_spelling():
     cleaned = clean_url(" HTTPS://WWW.Example.COM:443/a/b/../c/?utm_source=x&b=2&a=1#top ")
     assert cleaned is not None
