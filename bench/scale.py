@@ -36,7 +36,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 from s3_proxy import CountingProxy
@@ -249,6 +251,15 @@ def busy_cores(stream: list[dict], start: float, wall: float, bins: int = 10) ->
     return [seconds / width for seconds in busy]
 
 
+@contextlib.contextmanager
+def _task_stream(address: str) -> Iterator[Any]:
+    """The scheduler's task stream while the block runs (its ``data`` after), through a client closed at the end."""
+    from dask.distributed import Client, get_task_stream
+
+    with Client(address) as client, get_task_stream(client=client) as stream:
+        yield stream
+
+
 def dask_build(corpus: Path, out: Path, workers: int, timeline: bool = False) -> dict:
     """The documents job on a Dask cluster whose scheduler and workers are their own processes (``timeline``: the
     cores its tasks kept busy in each tenth of the run, from the scheduler's task stream)."""
@@ -282,14 +293,8 @@ def dask_build(corpus: Path, out: Path, workers: int, timeline: bool = False) ->
     time.sleep(5)
     try:
         cpu_cluster0 = sum(_tree_cpu(p.pid) for p in [scheduler, *worker_procs])
-        stream = contextlib.nullcontext(None)
-        if timeline:
-            from dask.distributed import Client, get_task_stream
-
-            client = Client(f"127.0.0.1:{port}")
-            stream = get_task_stream(client=client)
         start = time.time()
-        with stream as tasks:
+        with _task_stream(f"127.0.0.1:{port}") if timeline else contextlib.nullcontext() as tasks:
             result = build(
                 corpus,
                 out,
@@ -300,9 +305,8 @@ def dask_build(corpus: Path, out: Path, workers: int, timeline: bool = False) ->
                 f'run.beam_args=["--dask_client_address=127.0.0.1:{port}"]',
                 watch=[scheduler.pid, *(p.pid for p in worker_procs)],
             )
-        if timeline:
+        if tasks is not None:
             result["busy"] = busy_cores(tasks.data, start, time.time() - start)
-            client.close()
         result["cluster_cpu"] = sum(_tree_cpu(p.pid) for p in [scheduler, *worker_procs]) - cpu_cluster0
         result["scheduler"] = result["others"].get(scheduler.pid, 0)
         result["dask_workers"] = max((v for k, v in result["others"].items() if k != scheduler.pid), default=0)
