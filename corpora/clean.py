@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
+from functools import cache
 
 import ftfy
 import ftfy.badness
@@ -27,7 +28,7 @@ _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 # Control characters (except newline and tab, which become whitespace) and invisible format
 # characters that only break words apart: soft hyphen, zero-width space, word joiner, BOM.
 _INVISIBLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u200b\u2060\ufeff]")
-_NON_WORD = re.compile(r"[\W_]+")
+CODE_POINTS = 0x110000
 _MAX_REPAIRS = 8  # nested mojibake layers; real text settles after one or two
 # The characters some ftfy fixer rewrites wherever they stand: "&" (HTML entities), ASCII and C1 controls
 # (ESC of terminal escapes among them), line breaks to unify, surrogates, ligatures, wide and narrow forms.
@@ -131,9 +132,21 @@ def dedup_key(text: str) -> str:
     """SHA-1 of the text with case, Unicode compatibility forms, punctuation and spacing erased.
 
     Two copies of a book that differ only in quotes, wrapping or capitalisation share one key.
+
+    The words (runs of letters and digits, ``str.isalnum``: what ``re``'s ``[^\\W_]`` matches) joined by
+    single spaces, the per-character test a table look-up in numpy: ``re.sub(r"[\\W_]+", " ", ...)``
+    gave the same string at three times the cost.
     """
     folded = unicodedata.normalize("NFKC", text).casefold()
-    return hashlib.sha1(_NON_WORD.sub(" ", folded).strip().encode("utf-8")).hexdigest()
+    points = np.frombuffer(folded.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    spaced = np.where(_word_characters()[points], points, np.uint32(32)).tobytes().decode("utf-32-le", "surrogatepass")
+    return hashlib.sha1(" ".join(spaced.split()).encode("utf-8")).hexdigest()
+
+
+@cache
+def _word_characters() -> np.ndarray:
+    """Per code point: whether it is a letter or digit (``str.isalnum``), built once per process."""
+    return np.char.isalnum(np.arange(CODE_POINTS, dtype=np.uint32).view("<U1"))
 
 
 # One single-character matcher of a regular expression: a class, a character escape (not \A \b \B \Z,

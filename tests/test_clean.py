@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 import unicodedata
 from pathlib import Path
 
 import ftfy
 import ftfy.badness
+import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -55,6 +58,29 @@ def test_dedup_key_ignores_case_spacing_punctuation_and_compatibility_forms() ->
     assert dedup_key(a) != dedup_key(c)
     assert dedup_key("ﬁne") == dedup_key("fine")
     assert len(dedup_key(a)) == 40 and int(dedup_key(a), 16) >= 0
+
+
+def _regex_dedup_key(text: str) -> str:
+    """The key as a regex substitution defines it: the reference ``dedup_key`` must equal."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return hashlib.sha1(re.sub(r"[\W_]+", " ", folded).strip().encode("utf-8")).hexdigest()
+
+
+def test_dedup_key_word_table_is_the_regex_word_class_at_every_code_point() -> None:
+    every = "".join(map(chr, range(clean.CODE_POINTS)))
+    words = np.zeros(clean.CODE_POINTS, dtype=bool)
+    words[[m.start() for m in re.finditer(r"[^\W_]", every)]] = True
+    assert np.array_equal(clean._word_characters(), words)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(codec=None), max_size=300))
+@example("")
+@example("  ,;  ")
+@example("a\ud800b c\udfff")  # lone surrogates: not letters, erased like punctuation
+@example("Straße ﬁne Ⅻ ½ x²_y\u00a0z\u3000中文 ١٢٣")
+def test_dedup_key_equals_the_regex_definition(text: str) -> None:
+    assert dedup_key(text) == _regex_dedup_key(text)
 
 
 def test_bundled_duplicate_shares_a_key(samples: Path) -> None:
