@@ -55,6 +55,7 @@ from corpusforge.encoding.bert_examples import MaskingVocab, TokenizedDocument, 
 from corpusforge.encoding.gpt_examples import cut_windows
 from corpusforge.encoding.sentence_tokens import SentenceEncoder
 from corpusforge.encoding.vocab import EOT, load_tokenizer, vocab_manifest
+from corpusforge.pipeline import collector
 from corpusforge.pipeline.counters import COUNTERS, merge_counters, only, write_counters
 from corpusforge.pipeline.file_shuffle import FileGroupByKey
 from corpusforge.pipeline.options import beam_job
@@ -116,6 +117,7 @@ class TokenizeBatch(beam.DoFn):
         self._vocab_dir = vocab_dir
 
     def setup(self) -> None:
+        collector.relax()
         tokenizer = load_tokenizer(self._vocab_dir)
         dtype = np.dtype(np.uint16) if tokenizer.get_vocab_size(with_added_tokens=True) <= 65535 else np.dtype(np.int32)
         self._encoder = SentenceEncoder(tokenizer, dtype)
@@ -148,6 +150,7 @@ class MakeBertExamples(beam.DoFn):
         self._vocab_dir, self._bert, self._temp, self._sort_buckets, self._seed = vocab_dir, bert, temp, sort_buckets, seed
 
     def setup(self) -> None:
+        collector.relax()
         self._vocab = MaskingVocab.from_tokenizer(load_tokenizer(self._vocab_dir))
         self._schema = bert_schema(self._bert.max_seq_length, self._bert.max_predictions_per_seq, self._vocab.size)
 
@@ -170,6 +173,7 @@ class MakeGptWindows(beam.DoFn):
         self._vocab_dir, self._gpt, self._temp, self._sort_buckets, self._seed = vocab_dir, gpt, temp, sort_buckets, seed
 
     def setup(self) -> None:
+        collector.relax()
         tokenizer = load_tokenizer(self._vocab_dir)
         self._eot = tokenizer.token_to_id(EOT)
         self._schema = gpt_schema(self._gpt.seq_len, tokenizer.get_vocab_size(with_added_tokens=True))
