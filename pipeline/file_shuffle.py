@@ -26,7 +26,6 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from corpusforge.core import storage
-from corpusforge.pipeline import collector
 
 BUCKETS = 64
 FLUSH_ELEMENTS = 100_000  # pairs a worker holds before writing them out, at most
@@ -63,9 +62,6 @@ class _WriteBuckets(beam.DoFn):
     def __init__(self, folder: str, buckets: int, flush_elements: int | None = None) -> None:
         self.folder, self.buckets, self.flush_elements = folder, buckets, flush_elements
         self._measured = [0, 0]  # (pickled bytes, pairs) sampled or written so far: the size of a pair
-
-    def setup(self) -> None:
-        collector.relax()
 
     def start_bundle(self) -> None:
         self._pending: defaultdict[int, list] = defaultdict(list)

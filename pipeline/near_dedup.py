@@ -43,7 +43,6 @@ from apache_beam.utils.windowed_value import WindowedValue
 from corpusforge.core.config import NearDedupConfig
 from corpusforge.corpora.document import Reject
 from corpusforge.corpora.minhash import jaccard, s_curve_table, shingle_set
-from corpusforge.pipeline import collector
 from corpusforge.pipeline.document_spill import DocRef, banding, iter_texts, load_texts
 from corpusforge.pipeline.file_shuffle import FileCoGroupByKey, FileDistinct, FileGroupByKey
 
@@ -217,9 +216,6 @@ class _VerifyBuckets(beam.DoFn):
 
     def __init__(self, threshold: float) -> None:
         self.threshold = threshold
-
-    def setup(self) -> None:
-        collector.relax()
 
     def start_bundle(self) -> None:
         self._forest = _Forest()

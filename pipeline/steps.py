@@ -32,7 +32,6 @@ from corpusforge.corpora.books import list_book_files, read_book
 from corpusforge.corpora.clean import Cleaner
 from corpusforge.corpora.document import Document, Reject
 from corpusforge.corpora.wikipedia import plan_ranges, read_range
-from corpusforge.pipeline import collector
 from corpusforge.pipeline.counters import COUNTERS, only
 from corpusforge.pipeline.document_spill import DocRef, RefMaker, scatter
 from corpusforge.pipeline.documents_io import (
@@ -77,7 +76,6 @@ class ReadCleanSpill(beam.DoFn):
         self.completions = completions
 
     def setup(self) -> None:
-        collector.relax()
         self.cleaner = Cleaner(self.clean) if self.clean is not None else None
         self.refs = RefMaker(self.near)
 
