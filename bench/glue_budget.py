@@ -26,6 +26,8 @@ import threading
 import time
 from pathlib import Path
 
+from glue import welch_p  # bench/glue.py's one-sided Welch test, beside this script
+
 ROOT = Path(__file__).resolve().parents[1]
 SEQ = 64
 
@@ -63,17 +65,6 @@ def launch(args: argparse.Namespace, steps: int, setting: tuple[int, str], first
             subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, timeout=max(1.0, deadline - time.time()))
         except subprocess.TimeoutExpired:
             log.write("stopped at the deadline\n")
-
-
-def welch_p(a: list[float], b: list[float]) -> float | None:
-    """One-sided p of Welch's t-test that ``a`` beats ``b``."""
-    if min(len(a), len(b)) < 2:
-        return None
-    try:
-        from scipy.stats import ttest_ind
-    except ImportError:  # the figures still come back; the test is run here
-        return None
-    return float(ttest_ind(a, b, equal_var=False, alternative="greater").pvalue)
 
 
 def collect(args: argparse.Namespace) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 import unicodedata
 from functools import cache
 
@@ -28,7 +29,6 @@ _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 # Control characters (except newline and tab, which become whitespace) and invisible format
 # characters that only break words apart: soft hyphen, zero-width space, word joiner, BOM.
 _INVISIBLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u200b\u2060\ufeff]")
-CODE_POINTS = 0x110000
 _MAX_REPAIRS = 8  # nested mojibake layers; real text settles after one or two
 # The characters some ftfy fixer rewrites wherever they stand: "&" (HTML entities), ASCII and C1 controls
 # (ESC of terminal escapes among them), line breaks to unify, surrogates, ligatures, wide and narrow forms.
@@ -146,7 +146,7 @@ def dedup_key(text: str) -> str:
 @cache
 def _word_characters() -> np.ndarray:
     """Per code point: whether it is a letter or digit (``str.isalnum``), built once per process."""
-    return np.char.isalnum(np.arange(CODE_POINTS, dtype=np.uint32).view("<U1"))
+    return np.char.isalnum(np.arange(sys.maxunicode + 1, dtype=np.uint32).view("<U1"))
 
 
 # One single-character matcher of a regular expression: a class, a character escape (not \A \b \B \Z,
