@@ -25,6 +25,7 @@ from corpusforge.core import storage
 from corpusforge.core.config import Config
 from corpusforge.core.layout import Layout
 from corpusforge.markers import Marker, describe_outputs, digest
+from corpusforge.pipeline.collector import release_freed_memory
 from corpusforge.pipeline.documents_job import DocumentsJob, ReadContext, Removal, run_documents_job
 from corpusforge.pipeline.options import shuffles_through_launcher
 from corpusforge.pipeline.sources import (
@@ -37,7 +38,7 @@ from corpusforge.pipeline.sources import (
     webtext_inputs,
     wikipedia_inputs,
 )
-from corpusforge.processes import in_fresh_process, release_freed_memory
+from corpusforge.processes import in_fresh_process
 from corpusforge.shards.format import FORMAT_VERSION as SHARDS_FORMAT
 
 VOCAB_SHORTFALL = 0.1  # a vocabulary under this share of the requested size is a warning

@@ -1,4 +1,5 @@
-"""Python's cyclic garbage collector, run less often in the processes that run the build's steps.
+"""Python's cyclic garbage collector, run less often in the processes that run the build's steps, and the
+freed heap handed back to the system between steps that would otherwise stack on each other's high-water mark.
 
 The steps make millions of short-lived containers (word lists, sentences, rows, tuples) and few reference
 cycles. At Python's default thresholds a young collection runs every 700 net allocations, and each full one
@@ -6,13 +7,20 @@ walks every long-lived object (tokenizer tables, word caches): on 100 MB of Wiki
 took about a tenth of the BERT stage's CPU. The example stages' workers are relaxed for good in their DoFns'
 ``setup`` (Beam and Dask workers run nothing else); the launcher only while it builds (``relaxed``). The
 documents job's workers keep Python's thresholds: there the gain was inside the machine's noise.
+
+A worker runs one step after another in one process. What a step frees stays with the process: glibc keeps
+freed heap pages, and Arrow's allocator (mimalloc) its freed segments, so a step that allocates through
+the other one adds its peak on top (``release_freed_memory``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+import pyarrow as pa
 
 THRESHOLDS = (50_000, 10, 10)  # young collections 70x rarer; the older generations keep Python's ratios
 
@@ -32,3 +40,14 @@ def relaxed() -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*before)
+
+
+def release_freed_memory() -> None:
+    """Hand back to the system what this process has freed: unreachable cycles, glibc's free heap, Arrow's
+    unused pool memory."""
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+    pa.default_memory_pool().release_unused()

@@ -32,6 +32,7 @@ from corpusforge.corpora.books import list_book_files, read_book
 from corpusforge.corpora.clean import Cleaner
 from corpusforge.corpora.document import Document, Reject
 from corpusforge.corpora.wikipedia import plan_ranges, read_range
+from corpusforge.pipeline.collector import release_freed_memory
 from corpusforge.pipeline.counters import COUNTERS, only
 from corpusforge.pipeline.document_spill import DocRef, RefMaker, scatter
 from corpusforge.pipeline.documents_io import (
@@ -235,6 +236,20 @@ def _kinds(table: pa.Table) -> Iterable[str]:
     return ("documents" for _ in range(table.num_rows))
 
 
+def write_part(pieces: Iterable[pa.Table], path: str, keys: list[str], scratch: str, recounts: str) -> None:
+    """One documents or rejects part sorted by ``keys`` (``write_sorted``), then read back (``record_recount``).
+
+    These are the last steps of the documents job, in workers that ran the near-dedup shuffles before: what
+    those freed goes back to the system first, and what the part's Arrow buffers freed goes back after, so
+    neither peak stacks on the other (300 MB of 400 B pages, the documents stages alone: the largest worker
+    655 -> 577 MB).
+    """
+    release_freed_memory()
+    write_sorted(pieces, path, keys, scratch)
+    record_recount(path, recounts)
+    release_freed_memory()
+
+
 class _WriteDocumentPart(beam.DoFn):
     """(part, scattered pieces) -> one Parquet part sorted by id, written by ``write_sorted`` (a worker holds
     a bounded share of the part, not all of it), then read back (``record_recount``); yields its counters."""
@@ -247,8 +262,7 @@ class _WriteDocumentPart(beam.DoFn):
         counts: Counter[str] = Counter()
         tables = _read_pieces(pieces, counts) if pieces else iter([documents_table([])])
         path = storage.join(self.directory, PART_PATTERN.format(index=index, count=parts))
-        write_sorted(tables, path, ["id"], self.scratch)
-        record_recount(path, self.recounts)
+        write_part(tables, path, ["id"], self.scratch, self.recounts)
         yield dict(counts)
 
 
@@ -362,8 +376,7 @@ class WriteRejects(beam.PTransform):
             index, pieces = item
             counts: Counter[str] = Counter()
             path = storage.join(directory, PART_PATTERN.format(index=index, count=parts))
-            write_sorted(_read_pieces(pieces, counts), path, ["id", "reason", "key"], scratch)
-            record_recount(path, recounts)
+            write_part(_read_pieces(pieces, counts), path, ["id", "reason", "key"], scratch, recounts)
             return dict(counts)
 
         return files | "GroupParts" >> beam.GroupByKey() | "Write" >> beam.Map(write)

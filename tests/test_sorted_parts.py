@@ -33,6 +33,7 @@ def test_documents_part_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(documents_io, "RUN_BYTES", run_bytes)
     monkeypatch.setattr(documents_io, "ROW_GROUP_TEXT_BYTES", 50_000)  # several row groups
     monkeypatch.setattr(documents_io, "MERGE_BATCH_BYTES", 7_000)
+    monkeypatch.setattr(documents_io, "MERGE_CHUNK_ROWS", 37)  # a row group taken from the runs in several chunks
     rng = random.Random(3)
     docs = _documents(1500, rng)
     bounds = [0, 300, 317, 600, 900, 1200, 1500]  # uneven pieces, as a part's share of each spill file is
@@ -49,6 +50,7 @@ def test_rejects_part_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(documents_io, "RUN_BYTES", run_bytes)
     monkeypatch.setattr(documents_io, "ROW_GROUP_TEXT_BYTES", 20_000)
     monkeypatch.setattr(documents_io, "MERGE_BATCH_BYTES", 3_000)
+    monkeypatch.setattr(documents_io, "MERGE_CHUNK_ROWS", 37)
     rng = random.Random(5)
     rejects = [
         Reject(
@@ -61,3 +63,19 @@ def test_rejects_part_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     write_sorted(iter(pieces), str(tmp_path / "new.parquet"), ["id", "reason", "key"], str(tmp_path / "runs"))
     assert _digest(tmp_path / "new.parquet") == _digest(tmp_path / "old.parquet")
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # the sorted runs are removed
+
+
+def test_rejects_part_same_bytes_at_full_page_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row groups with columns past Parquet's 1 MB data page, each taken from the runs in many chunks: the
+    pages are cut where a part written whole cuts them."""
+    monkeypatch.setattr(documents_io, "RUN_BYTES", 1 << 20)
+    monkeypatch.setattr(documents_io, "MERGE_CHUNK_ROWS", 1_000)
+    rng = random.Random(7)
+    rejects = [
+        Reject(f"{rng.getrandbits(160):040x}", "wikipedia", "near_duplicate", f"{rng.getrandbits(160):040x}", f"T{i}")
+        for i in range(60_000)
+    ]
+    write_table_atomic(rejects_table(rejects), str(tmp_path / "old.parquet"))
+    pieces = [rejects_table(rejects[i : i + 5_000]) for i in range(0, 60_000, 5_000)]
+    write_sorted(iter(pieces), str(tmp_path / "new.parquet"), ["id", "reason", "key"], str(tmp_path / "runs"))
+    assert _digest(tmp_path / "new.parquet") == _digest(tmp_path / "old.parquet")
