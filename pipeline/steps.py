@@ -236,7 +236,7 @@ def _kinds(table: pa.Table) -> Iterable[str]:
     return ("documents" for _ in range(table.num_rows))
 
 
-def write_part(pieces: Iterable[pa.Table], path: str, keys: list[str], scratch: str, recounts: str) -> None:
+def _write_part(pieces: Iterable[pa.Table], path: str, keys: list[str], scratch: str, recounts: str) -> None:
     """One documents or rejects part sorted by ``keys`` (``write_sorted``), then read back (``record_recount``).
 
     These are the last steps of the documents job, in workers that ran the near-dedup shuffles before: what
@@ -262,7 +262,7 @@ class _WriteDocumentPart(beam.DoFn):
         counts: Counter[str] = Counter()
         tables = _read_pieces(pieces, counts) if pieces else iter([documents_table([])])
         path = storage.join(self.directory, PART_PATTERN.format(index=index, count=parts))
-        write_part(tables, path, ["id"], self.scratch, self.recounts)
+        _write_part(tables, path, ["id"], self.scratch, self.recounts)
         yield dict(counts)
 
 
@@ -376,7 +376,7 @@ class WriteRejects(beam.PTransform):
             index, pieces = item
             counts: Counter[str] = Counter()
             path = storage.join(directory, PART_PATTERN.format(index=index, count=parts))
-            write_part(_read_pieces(pieces, counts), path, ["id", "reason", "key"], scratch, recounts)
+            _write_part(_read_pieces(pieces, counts), path, ["id", "reason", "key"], scratch, recounts)
             return dict(counts)
 
         return files | "GroupParts" >> beam.GroupByKey() | "Write" >> beam.Map(write)
