@@ -62,6 +62,7 @@ class _WriteBuckets(beam.DoFn):
     def __init__(self, folder: str, buckets: int, flush_elements: int | None = None) -> None:
         self.folder, self.buckets, self.flush_elements = folder, buckets, flush_elements
         self._measured = [0, 0]  # (pickled bytes, pairs) sampled or written so far: the size of a pair
+        self._held = self._limit()  # ``_limit()`` as of the last change to ``_measured``: not recomputed per pair
 
     def start_bundle(self) -> None:
         self._pending: defaultdict[int, list] = defaultdict(list)
@@ -73,7 +74,8 @@ class _WriteBuckets(beam.DoFn):
         if self._measured[1] < SAMPLE:
             self._measured[0] += len(pickle.dumps(pair, protocol=pickle.HIGHEST_PROTOCOL))
             self._measured[1] += 1
-        if self._count >= self._limit():
+            self._held = self._limit()
+        if self._count >= self._held:
             yield from self._flush()
 
     def _limit(self) -> int:
@@ -97,6 +99,7 @@ class _WriteBuckets(beam.DoFn):
             written.append((bucket, (path, len(data))))
         self._pending.clear()
         self._count = 0
+        self._held = self._limit()
         return written
 
 
