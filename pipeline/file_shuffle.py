@@ -62,7 +62,7 @@ class _WriteBuckets(beam.DoFn):
     def __init__(self, folder: str, buckets: int, flush_elements: int | None = None) -> None:
         self.folder, self.buckets, self.flush_elements = folder, buckets, flush_elements
         self._measured = [0, 0]  # (pickled bytes, pairs) sampled or written so far: the size of a pair
-        self._held = self._limit()  # ``_limit()`` as of the last change to ``_measured``: not recomputed per pair
+        self._held = self._limit()  # ``_limit()`` of ``_measured``, kept by ``_measure``: not recomputed per pair
 
     def start_bundle(self) -> None:
         self._pending: defaultdict[int, list] = defaultdict(list)
@@ -72,11 +72,14 @@ class _WriteBuckets(beam.DoFn):
         self._pending[bucket_of(pair[0], self.buckets)].append(pair)
         self._count += 1
         if self._measured[1] < SAMPLE:
-            self._measured[0] += len(pickle.dumps(pair, protocol=pickle.HIGHEST_PROTOCOL))
-            self._measured[1] += 1
-            self._held = self._limit()
+            self._measure(len(pickle.dumps(pair, protocol=pickle.HIGHEST_PROTOCOL)), 1)
         if self._count >= self._held:
             yield from self._flush()
+
+    def _measure(self, nbytes: int, pairs: int) -> None:
+        self._measured[0] += nbytes
+        self._measured[1] += pairs
+        self._held = self._limit()
 
     def _limit(self) -> int:
         """Pairs held before a flush: ``flush_elements``, fewer where that many would pickle past ``FLUSH_BYTES``."""
@@ -94,12 +97,10 @@ class _WriteBuckets(beam.DoFn):
             # atomic: a bundle that is retried writes new files; only committed names are read
             data = pickle.dumps(pairs, protocol=pickle.HIGHEST_PROTOCOL)
             storage.write_bytes(path, data)
-            self._measured[0] += len(data)
-            self._measured[1] += len(pairs)
+            self._measure(len(data), len(pairs))
             written.append((bucket, (path, len(data))))
         self._pending.clear()
         self._count = 0
-        self._held = self._limit()
         return written
 
 

@@ -239,15 +239,13 @@ def _kinds(table: pa.Table) -> Iterable[str]:
 def _write_part(pieces: Iterable[pa.Table], path: str, keys: list[str], scratch: str, recounts: str) -> None:
     """One documents or rejects part sorted by ``keys`` (``write_sorted``), then read back (``record_recount``).
 
-    These are the last steps of the documents job, in workers that ran the near-dedup shuffles before: what
-    those freed goes back to the system first, and what the part's Arrow buffers freed goes back after, so
-    neither peak stacks on the other (300 MB of 400 B pages, the documents stages alone: the largest worker
-    655 -> 577 MB).
+    These are the last steps of the documents job, in workers that ran the near-dedup shuffles (or another
+    part) before: what those freed goes back to the system first, so this part's peak does not stack on
+    theirs (300 MB of 400 B pages, the documents stages alone: the largest worker 655 -> 577 MB).
     """
     release_freed_memory()
     write_sorted(pieces, path, keys, scratch)
     record_recount(path, recounts)
-    release_freed_memory()
 
 
 class _WriteDocumentPart(beam.DoFn):
