@@ -24,6 +24,7 @@ from corpusforge.core.config import Config
 from corpusforge.core.layout import Layout
 from corpusforge.markers import Marker, fingerprint, remove_marker, write_marker
 from corpusforge.pipeline import collector
+from corpusforge.pipeline.forked_workers import forkserver_scope
 from corpusforge.pipeline.manifest import package_versions
 from corpusforge.pipeline.summary import SourceStats, stats_to_json
 from corpusforge.plan import Plan, made_from, parts_of, plan_build
@@ -61,7 +62,11 @@ def run_build(cfg: Config, force: bool = False) -> BuildResult:
     storage.makedirs(layout.out)
     result = BuildResult(output_dir=layout.out)
     started = time.perf_counter()
-    with build_lock(layout, cfg.run.lock_lease_s), collector.relaxed():  # the launcher runs stages too (vocab, in-memory jobs)
+    with (
+        build_lock(layout, cfg.run.lock_lease_s),
+        collector.relaxed(),
+        forkserver_scope(),
+    ):  # the launcher runs stages too (vocab, in-memory jobs)
         plan = plan_build(cfg, layout, force)  # reads only: a missing prerequisite stops the build before anything changes
         current = not plan.reasons and manifest_describes(layout, cfg)
         if not current:

@@ -58,6 +58,7 @@ from corpusforge.encoding.vocab import EOT, load_tokenizer, vocab_manifest
 from corpusforge.pipeline import collector
 from corpusforge.pipeline.counters import COUNTERS, merge_counters, only, write_counters
 from corpusforge.pipeline.file_shuffle import FileGroupByKey
+from corpusforge.pipeline.forked_workers import forkserver, forkserver_scope
 from corpusforge.pipeline.options import beam_job
 from corpusforge.shards.format import MANIFEST_NAME, bert_schema, gpt_schema, id_type, shard_manifest
 from corpusforge.shards.writer import ShardJob, row_bytes, spill_pieces, write_spilled_shards
@@ -305,17 +306,19 @@ def run_job(
         _ = p | "Read" >> source | "Examples" >> graph
     counts_file = storage.join(job.temp, COUNTERS_FILE)  # absent only when no batch came in (an empty corpus)
     counters = merge_counters(storage.read_json(counts_file).values()) if storage.is_file(counts_file) else {}
-    return write_spilled_shards(
-        storage.join(job.temp, EXAMPLES_DIR),
-        layout.schema,
-        out_dir,
-        dict(layout.manifest, totals=counters),
-        target_bytes=shards.target_bytes,
-        max_examples=shards.max_examples,
-        compression=shards.compression,
-        expected=counters.get("examples", counters.get("full_windows", 0) + counters.get("tail_windows", 0)),
-        cut=partial(cut_with_beam, pipeline_options, job.temp) if cut_on_workers else None,
-    )
+    with forkserver_scope():  # the build's forkserver, or one for this job
+        return write_spilled_shards(
+            storage.join(job.temp, EXAMPLES_DIR),
+            layout.schema,
+            out_dir,
+            dict(layout.manifest, totals=counters),
+            target_bytes=shards.target_bytes,
+            max_examples=shards.max_examples,
+            compression=shards.compression,
+            expected=counters.get("examples", counters.get("full_windows", 0) + counters.get("tail_windows", 0)),
+            cut=partial(cut_with_beam, pipeline_options, job.temp) if cut_on_workers else None,
+            processes=forkserver(),  # its processes start with the shard writer imported
+        )
 
 
 def cut_with_beam(pipeline_options: PipelineOptions, temp: str, jobs: list[ShardJob]) -> list[dict]:

@@ -27,6 +27,7 @@ import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from multiprocessing.context import BaseContext
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -337,16 +338,18 @@ def write_spilled_shards(
     workers: int | None = None,
     expected: int | None = None,
     cut: Cut | None = None,
+    processes: BaseContext | None = None,
 ) -> dict:
     """Cut the spilled examples in ``directory`` into balanced shards, one job per shard, then write the manifest last.
 
     ``expected``: the examples the producers announced; the spill files must hold exactly that many.
 
     Here only the plan is made and the manifest written. ``cut`` runs the jobs (a distributed
-    runner's workers, say); by default they run in ``workers`` spawned processes (one per shard up
-    to the CPU count; spawned, never forked: the launcher runs Beam's and gRPC's threads), or here
-    when that is 1 (a process start costs more than it saves then). A job's error is raised here,
-    with the worker's message; the manifest is then not written.
+    runner's workers, say); by default they run in ``workers`` processes of the ``processes`` context
+    (one per shard up to the CPU count; spawned unless a forkserver is given, never forked from here:
+    the launcher runs Beam's and gRPC's threads), or here when that is 1 (a process start costs more
+    than it saves then). A job's error is raised here, with the worker's message; the manifest is then
+    not written.
     """
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be at least 1, not {workers}")
@@ -366,15 +369,15 @@ def write_spilled_shards(
         )
         for index, shard in enumerate(plan.pieces)
     ]
-    entries = cut(jobs) if cut else _cut_in_processes(jobs, min(len(jobs), workers or os.cpu_count() or 1))
+    entries = cut(jobs) if cut else _cut_in_processes(jobs, min(len(jobs), workers or os.cpu_count() or 1), processes)
     if [entry["file"] for entry in entries] != [storage.name(job.path) for job in jobs]:
         raise RuntimeError(f"the cut returned {len(entries)} entries out of the planned shards' order ({len(jobs)} shards)")
     return _write_manifest(out_dir, manifest, entries)
 
 
-def _cut_in_processes(jobs: list[ShardJob], workers: int) -> list[dict]:
-    """Every job's shard written here (``workers`` 1) or in spawned processes, entries in job order; on the first
-    error, pending jobs are cancelled."""
+def _cut_in_processes(jobs: list[ShardJob], workers: int, processes: BaseContext | None) -> list[dict]:
+    """Every job's shard written here (``workers`` 1) or in processes of ``processes`` (spawned by default), entries
+    in job order; on the first error, pending jobs are cancelled."""
     with tqdm(total=sum(rows for job in jobs for _, _, rows in job.pieces), unit="ex", desc="shards", disable=None) as progress:
         if workers == 1:
             entries = []
@@ -382,7 +385,7 @@ def _cut_in_processes(jobs: list[ShardJob], workers: int) -> list[dict]:
                 entries.append(job.write())
                 progress.update(entries[-1]["examples"])
             return entries
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(workers, mp_context=processes or multiprocessing.get_context("spawn")) as pool:
             futures = [pool.submit(write_shard, job.path, job.pieces, job.schema, job.compression) for job in jobs]
             try:
                 for future in as_completed(futures):

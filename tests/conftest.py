@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing.util
 import os
 import shutil
 import tempfile
@@ -25,6 +26,7 @@ SESSION_TEMP = pytest.StashKey[Path]()
 
 def pytest_configure(config: pytest.Config) -> None:
     """The session's own system temp folder (workers and Dask processes inherit it), so leftovers there are ours."""
+    multiprocessing.util.get_temp_dir()  # this process's pymp-* folder (the forkserver's socket) outlives the session's temp: made before it
     session_temp = tempfile.mkdtemp(prefix="corpusforge-tests-")
     os.environ["TMPDIR"] = session_temp
     tempfile.tempdir = None  # re-read TMPDIR

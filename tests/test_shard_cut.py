@@ -11,6 +11,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from shard_factory import random_bert_columns
 
 from corpusforge.pipeline.examples_stage import cut_with_beam
+from corpusforge.pipeline.forked_workers import forkserver, forkserver_scope
 from corpusforge.pipeline.options import LOCAL_RUNNER
 from corpusforge.shards.format import MANIFEST_NAME, bert_schema
 from corpusforge.shards.reader import open_shard, read_manifest
@@ -71,9 +72,11 @@ def test_worker_processes_write_the_same_bytes_as_one_process(spilled, tmp_path,
     write_shards(iter_sorted_buckets(folder), spilled_rows(folder), SCHEMA, tmp_path / "stream", MANIFEST, **options)
     for workers in (1, 2):
         write_spilled_shards(folder, SCHEMA, tmp_path / str(workers), MANIFEST, workers=workers, **options)
+    with forkserver_scope():  # a build's processes: forked from its forkserver, not spawned
+        write_spilled_shards(folder, SCHEMA, tmp_path / "forked", MANIFEST, workers=2, processes=forkserver(), **options)
     reference = outputs(tmp_path / "stream")
     assert len(reference) == 9 and MANIFEST_NAME in reference
-    assert outputs(tmp_path / "1") == reference and outputs(tmp_path / "2") == reference
+    assert outputs(tmp_path / "1") == reference and outputs(tmp_path / "2") == reference and outputs(tmp_path / "forked") == reference
 
     manifest = read_manifest(tmp_path / "2")
     order = np.argsort(keys, kind="stable")

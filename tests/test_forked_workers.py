@@ -1,0 +1,72 @@
+"""multi_processing jobs run on workers forked from one forkserver per build, not on freshly started interpreters."""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from pathlib import Path
+
+import apache_beam as beam
+import psutil
+import pytest
+
+from corpusforge.core.config import RunConfig
+from corpusforge.pipeline.forked_workers import forkserver_scope
+from corpusforge.pipeline.options import pipeline_options
+
+
+def _where(x: int, out: str) -> int:
+    """Record the worker's pid, its parent's command line and whether Beam was imported before the worker ran."""
+    parent = psutil.Process(os.getppid()).cmdline()
+    with open(f"{out}.{os.getpid()}", "a") as f:
+        f.write(f"{x}\t{' '.join(parent)}\n")
+    return x
+
+
+def _burn(x: int) -> int:
+    """About 0.3 CPU-seconds of work in the worker."""
+    end = time.process_time() + 0.3
+    while time.process_time() < end:
+        pass
+    return x
+
+
+def _pipeline(fn, items: int = 12) -> beam.Pipeline:  # noqa: ANN001
+    pipeline = beam.Pipeline(options=pipeline_options(RunConfig(direct_running_mode="multi_processing", direct_num_workers=2)))
+    _ = pipeline | beam.Create(range(items)) | beam.Reshuffle() | beam.Map(fn)
+    return pipeline
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def test_workers_are_forked_from_one_forkserver_across_jobs_and_it_stops_after(tmp_path: Path) -> None:
+    out = tmp_path / "where"
+    with forkserver_scope():
+        for _ in range(2):  # two jobs: both fork their workers from the same server
+            _pipeline(lambda x, out=str(out): _where(x, out)).run().wait_until_finish()
+        servers = {p.pid for p in psutil.Process().children() if "multiprocessing.forkserver" in " ".join(p.cmdline())}
+    lines = [line.split("\t") for path in tmp_path.glob("where.*") for line in path.read_text().splitlines()]
+    assert sorted(int(x) for x, _ in lines) == sorted(list(range(12)) * 2)  # every element, once per job
+    assert {parent for _, parent in lines} and all("multiprocessing.forkserver" in parent for _, parent in lines)
+    assert len(servers) == 1
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in servers)
+
+
+def test_forked_workers_cpu_counts_in_this_process_children() -> None:
+    """The bench and farm-bench read a build's CPU from its reaped children: forked workers must be among them."""
+    before = _children_cpu()
+    with forkserver_scope():
+        _pipeline(_burn).run().wait_until_finish()
+    assert _children_cpu() - before > 12 * 0.3 * 0.8
+
+
+def test_a_failing_worker_step_fails_the_job() -> None:
+    def fail(x: int) -> int:
+        raise ValueError(f"bad element {x}")
+
+    with forkserver_scope(), pytest.raises(Exception, match="bad element"):
+        _pipeline(fail, items=3).run().wait_until_finish()
