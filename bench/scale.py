@@ -82,12 +82,10 @@ class PeakWatcher:
         return None
 
     def tree_cpu(self) -> float:
-        """CPU seconds of the launcher, its reaped children and its live descendants."""
-        try:
-            times = psutil.Process(self.roots[0]).cpu_times()
-        except psutil.Error:
+        """CPU seconds of the launcher and its live descendants, with the children each of them has reaped."""
+        if not psutil.pid_exists(self.roots[0]):
             return float("nan")
-        return times.children_user + times.children_system + _tree_cpu(self.roots[0])
+        return _tree_cpu(self.roots[0], reaped=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -318,12 +316,14 @@ def dask_build(corpus: Path, out: Path, workers: int, timeline: bool = False) ->
             proc.wait()
 
 
-def _tree_cpu(pid: int) -> float:
+def _tree_cpu(pid: int, reaped: bool = False) -> float:
+    """CPU seconds of a process and its live descendants; ``reaped``: with the exited children each one waited
+    for (a forkserver reaps the workers it forked: their time is then its, not the launcher's)."""
     total = 0.0
     for proc in _tree(pid):
         try:
             times = proc.cpu_times()
-            total += times.user + times.system
+            total += times.user + times.system + (times.children_user + times.children_system if reaped else 0.0)
         except psutil.Error:
             pass
     return total

@@ -95,7 +95,7 @@ class ForkedSdkWorkerHandler(GrpcWorkerHandler):
         super().__init__(state, provision_info, grpc_server)
 
     def start_worker(self) -> None:
-        self.worker_thread = threading.Thread(name="run_worker", target=self._run, daemon=True)
+        self.worker_thread = threading.Thread(name="run_worker", target=self._run)
         self.worker_thread.start()
 
     def stop_worker(self) -> None:
