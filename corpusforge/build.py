@@ -64,9 +64,9 @@ def run_build(cfg: Config, force: bool = False) -> BuildResult:
     started = time.perf_counter()
     with (
         build_lock(layout, cfg.run.lock_lease_s),
-        collector.relaxed(),
-        forkserver_scope(),
-    ):  # the launcher runs stages too (vocab, in-memory jobs)
+        collector.relaxed(),  # the launcher runs stages too (vocab, in-memory jobs)
+        forkserver_scope(),  # the workers of every multi_processing job fork from one server
+    ):
         plan = plan_build(cfg, layout, force)  # reads only: a missing prerequisite stops the build before anything changes
         current = not plan.reasons and manifest_describes(layout, cfg)
         if not current:

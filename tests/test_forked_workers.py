@@ -17,10 +17,10 @@ from corpusforge.pipeline.options import pipeline_options
 
 
 def _where(x: int, out: str) -> int:
-    """Record the worker's pid, its parent's command line and whether Beam was imported before the worker ran."""
-    parent = psutil.Process(os.getppid()).cmdline()
+    """Record the element, the worker's parent and that parent's command line."""
+    parent = psutil.Process(os.getppid())
     with open(f"{out}.{os.getpid()}", "a") as f:
-        f.write(f"{x}\t{' '.join(parent)}\n")
+        f.write(f"{x}\t{parent.pid}\t{' '.join(parent.cmdline())}\n")
     return x
 
 
@@ -48,12 +48,11 @@ def test_workers_are_forked_from_one_forkserver_across_jobs_and_it_stops_after(t
     with forkserver_scope():
         for _ in range(2):  # two jobs: both fork their workers from the same server
             _pipeline(lambda x, out=str(out): _where(x, out)).run().wait_until_finish()
-        servers = {p.pid for p in psutil.Process().children() if "multiprocessing.forkserver" in " ".join(p.cmdline())}
     lines = [line.split("\t") for path in tmp_path.glob("where.*") for line in path.read_text().splitlines()]
-    assert sorted(int(x) for x, _ in lines) == sorted(list(range(12)) * 2)  # every element, once per job
-    assert {parent for _, parent in lines} and all("multiprocessing.forkserver" in parent for _, parent in lines)
-    assert len(servers) == 1
-    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in servers)
+    assert sorted(int(x) for x, _, _ in lines) == sorted(list(range(12)) * 2)  # every element, once per job
+    assert len({pid for _, pid, _ in lines}) == 1 and all("multiprocessing.forkserver" in command for _, _, command in lines)
+    server = int(lines[0][1])
+    assert not psutil.pid_exists(server) or psutil.Process(server).status() == psutil.STATUS_ZOMBIE  # stopped with the scope
 
 
 def test_forked_workers_cpu_counts_in_this_process_children() -> None:
