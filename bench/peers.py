@@ -179,6 +179,7 @@ def gpt_rows(python: Path, books: Path, ours: Path, work: Path, workers: int, re
     """The GPT tokens row, runs interleaved; returns datatrove's median CPU over ours."""
     seq_len = GptConfig().seq_len
     cpu: dict[str, list[float]] = {"corpusforge": [], "datatrove": []}
+    tokens_of: dict[str, int] = {}
     for attempt in range(repeat):
         for tool in ("corpusforge", "datatrove"):
             if tool == "corpusforge":
@@ -187,11 +188,20 @@ def gpt_rows(python: Path, books: Path, ours: Path, work: Path, workers: int, re
                 tokenizer = ours / "vocab" / "bpe" / "tokenizer.json"
                 figures, tokens = datatrove_gpt(python, ours / "documents", tokenizer, work / f"datatrove-gpt-{attempt}", workers, seq_len)
             cpu[tool].append(figures["cpu"])
+            tokens_of[tool] = tokens
             print(
                 f"{tool + f' gpt #{attempt + 1}':18s} {figures['wall']:8.1f} {figures['cpu']:8.1f} {figures['peak'] / 2**20:8.0f} {tokens:>12,d} tokens",
                 flush=True,
             )
+    print(token_agreement(tokens_of["corpusforge"], tokens_of["datatrove"], seq_len))
     return statistics.median(cpu["datatrove"]) / statistics.median(cpu["corpusforge"])
+
+
+def token_agreement(ours: int, theirs: int, seq_len: int) -> str:
+    """How the two token counts compare: datatrove's merger writes whole ``seq_len``-token chunks only."""
+    if theirs == ours - ours % seq_len:
+        return f"tokens: the counts agree; datatrove's merged file keeps whole {seq_len}-token chunks, leaving out the last {ours % seq_len} of {ours:,d}"
+    return f"tokens: the counts differ by {ours - theirs:+,d} beyond datatrove's whole {seq_len}-token chunks"
 
 
 def datatrove(python: Path, books: Path, out: Path, workers: int, bands: int, rows: int) -> tuple[dict, set[str], int]:
