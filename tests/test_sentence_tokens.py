@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from tokenizers import Tokenizer
 
 from corpusforge.corpora.gutenberg import strip_gutenberg
 from corpusforge.corpora.sentences import split_sentences
+from corpusforge.encoding import sentence_tokens
 from corpusforge.encoding.sentence_tokens import SentenceEncoder
 
 # Characters that take every path: ASCII, whitespace the normalizer rewrites, curly quotes, accents
@@ -104,20 +106,55 @@ GPT_ALPHABET += ["<|endoftext|>", "\x00", "٣", "Ⅻ"]
 gpt_documents = st.lists(st.lists(st.lists(st.sampled_from(GPT_ALPHABET), max_size=20).map("".join), max_size=5), min_size=1, max_size=4)
 
 
+@pytest.fixture(scope="module")
+def gpt2_encoder(gpt2_tokenizer) -> SentenceEncoder:
+    return SentenceEncoder(gpt2_tokenizer, np.dtype(np.uint16))
+
+
 @pytest.mark.slow
 @given(gpt_documents)
 @settings(max_examples=300, deadline=None)
-def test_gpt2_random_text_matches_one_encode_per_sentence(gpt2_tokenizer, docs):
-    assert_same(SentenceEncoder(gpt2_tokenizer, np.dtype(np.uint16)), gpt2_tokenizer, docs)
+def test_gpt2_random_text_matches_one_encode_per_sentence(gpt2_encoder, gpt2_tokenizer, docs):
+    assert gpt2_encoder._ranked is not None  # tiktoken's path
+    assert_same(gpt2_encoder, gpt2_tokenizer, docs)
 
 
-def test_gpt2_real_books_match_through_the_word_cache(gpt2_tokenizer, shared_data, monkeypatch):
+@pytest.fixture(scope="module")
+def gpt2_regex_encoder(gpt2_tokenizer) -> SentenceEncoder:
+    """The word-cache path, as for a vocabulary whose ids do not follow its merges."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sentence_tokens, "ranked_bpe", lambda *_: None)
+        return SentenceEncoder(gpt2_tokenizer, np.dtype(np.uint16))
+
+
+@given(gpt_documents)
+@settings(max_examples=150, deadline=None)
+def test_gpt2_random_text_matches_through_the_word_cache(gpt2_regex_encoder, gpt2_tokenizer, docs):
+    assert_same(gpt2_regex_encoder, gpt2_tokenizer, docs)
+
+
+def test_ranks_are_refused_where_ids_do_not_follow_the_merges(gpt2_tokenizer):
+    byte_chars = sentence_tokens._gpt2_byte_chars()
+    assert sentence_tokens.ranked_bpe(json.loads(gpt2_tokenizer.to_str()), byte_chars) is not None
+    swapped = json.loads(gpt2_tokenizer.to_str())
+    vocab = swapped["model"]["vocab"]
+    first, second = ("".join(m.split(" ") if isinstance(m, str) else m) for m in swapped["model"]["merges"][:2])
+    vocab[first], vocab[second] = vocab[second], vocab[first]  # two merges' tokens swap ids: ranks would reorder them
+    assert sentence_tokens.ranked_bpe(swapped, byte_chars) is None
+    no_byte = json.loads(gpt2_tokenizer.to_str())
+    del no_byte["model"]["vocab"][byte_chars[0xC3]]  # the first byte of "é" has no token
+    assert sentence_tokens.ranked_bpe(no_byte, byte_chars) is None
+
+
+@pytest.mark.parametrize("path", ["ranked", "word cache"])
+def test_gpt2_real_books_match(path, gpt2_encoder, gpt2_regex_encoder, gpt2_tokenizer, shared_data, monkeypatch):
     docs = []
     for name in ("11-0.txt", "41-0.txt", "pg1080.txt"):
         text = strip_gutenberg((shared_data / "books" / "en" / name).read_text(encoding="utf-8-sig").replace("\r\n", "\n"))
         docs.append([text[:200_000]])
-    encoder = SentenceEncoder(gpt2_tokenizer, np.dtype(np.uint16))
-    assert all(encoder._pretokenizable(sentences) for sentences in docs)  # the word path is the one taken
+    encoder = gpt2_encoder if path == "ranked" else gpt2_regex_encoder
+    assert (encoder._ranked is not None) == (path == "ranked")
+    assert all(encoder._pretokenizable(sentences) for sentences in docs)  # the fast path is the one taken
     monkeypatch.setattr(encoder, "_per_sentence", None)  # and nothing falls back to whole-text encoding
     got = encoder.encode(docs)
     for (tokens, lengths), sentences in zip(got, docs):
