@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import html
+import html.entities
 import posixpath
 import re
 from collections.abc import Iterable
@@ -121,12 +122,27 @@ def fetch_spelling(raw: str) -> str:
     return "http://" + text if "://" not in text and text.lower().startswith("www.") else text
 
 
+# A complete HTML character reference: numeric, or a name ended by ";" (as escaped dumps write them).
+_CHARACTER_REFERENCE = re.compile(r"&(?:#[0-9]+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);")
+
+
+def unescape_references(text: str) -> str:
+    """``html.unescape`` of complete references only. ``html.unescape`` also reads a legacy name without its
+    ";", so the query parameters ``&gt=1`` or ``&notify=1`` became ``>=1`` (then cut there) and ``¬ify=1``."""
+    return _CHARACTER_REFERENCE.sub(_reference, text)
+
+
+def _reference(match: re.Match[str]) -> str:
+    reference = match.group(0)
+    return html.unescape(reference) if reference[1] == "#" or reference[1:] in html.entities.html5 else reference
+
+
 def clean_url(raw: str) -> CleanUrl | None:
     """Key and fetch spelling of one submitted URL; None when it is not an absolute http(s) URL with a host."""
     if not raw or not isinstance(raw, str):
         return None
     fetch = fetch_spelling(raw)
-    text = scrub_url(html.unescape(fetch))
+    text = scrub_url(unescape_references(fetch))
     try:
         parts = urlsplit(text)
         port = parts.port

@@ -199,3 +199,12 @@ def test_real_dump_blocks(dump_urls):
     assert {"jpg", "pdf"} <= set(blocked.values())
     assert all(u.split("?")[0].lower().endswith("." + ext) for u, ext in blocked.items())
     assert len(blocked) < 30  # news articles (.html, .stm, .php, .asp ...) pass
+
+
+def test_query_parameters_named_like_legacy_entities_are_kept():
+    """``html.unescape`` read ``&gt=0`` as ``>=0`` (then cut there) and ``&notify`` as ``¬ify``; only complete
+    references (``&amp;``, ``&#39;``) are the dump's escaping."""
+    assert canonical_url("http://a.com/?0=0&gt=0") == "http://a.com?0=0&gt=0"
+    assert canonical_url("http://a.com/x?q=1&notify=2&sect=3") == "http://a.com/x?notify=2&q=1&sect=3"
+    assert canonical_url("http://a.com/x?q=1&amp;notify=2&amp;sect=3") == "http://a.com/x?notify=2&q=1&sect=3"
+    assert canonical_url("http://a.com/x?q=a&#39;s") == "http://a.com/x?q=a%27s"
