@@ -163,7 +163,8 @@ def corpusforge_gpt(books: Path, out: Path) -> tuple[dict, int]:
     cmd = [str(Path(sys.executable).parent / "corpusforge"), "build", "--quiet"]
     cmd += ["--set", f'books.paths=["{books}"]', "--set", f'run.output_dir="{out}"', "--set", 'vocab.kinds=["bpe"]']
     subprocess.run([*cmd, "--set", 'run.stages=["vocab"]'], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    figures = run([*cmd, "--set", 'run.stages=["gpt"]'], out.with_name(out.name + "-gpt.log"))
+    # --force: a second run would otherwise reuse the first one's shards (the same fingerprint) and time nothing
+    figures = run([*cmd, "--force", "--set", 'run.stages=["gpt"]'], out.with_name(out.name + "-gpt.log"))
     return figures, read_manifest(out / "shards" / "gpt").tokens
 
 
