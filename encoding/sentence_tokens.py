@@ -202,18 +202,10 @@ class SentenceEncoder:
     def _encode_pretokenized(self, docs: Sequence[Sequence[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Byte-level BPE: documents encoded by tiktoken, or split into pre-tokens here and looked up; the others encoded whole."""
         fast = [self._pretokenizable(sentences) for sentences in docs]
-        if self._ranked is not None:
-            encoded = iter([self._encode_ranked(sentences) for sentences in compress(docs, fast)])
-        else:
-            words = []
-            for sentences in compress(docs, fast):
-                doc_words: list[str] = []
-                for index, sentence in enumerate(sentences):
-                    if index:
-                        doc_words.append(self._mark)
-                    doc_words.extend(self._pretokens.findall(sentence))
-                words.append(doc_words)
-            encoded = iter(self._lookup(words, [len(sentences) for sentences in compress(docs, fast)]) if words else [])
+        simple = list(compress(docs, fast))
+        encoded = iter(
+            [self._encode_ranked(sentences) for sentences in simple] if self._ranked is not None else self._encode_pieces(simple)
+        )
         whole = [sentences for sentences, ok in zip(docs, fast) if not ok]
         alone = iter(self._per_sentence(whole) if whole else [])
         return [next(encoded) if ok else next(alone) for ok in fast]
@@ -223,6 +215,18 @@ class SentenceEncoder:
         ids = [self._ranked.encode_ordinary(sentence) for sentence in sentences]
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         return np.fromiter(chain.from_iterable(ids), dtype=self._dtype, count=int(lengths.sum())), lengths
+
+    def _encode_pieces(self, docs: Sequence[Sequence[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Documents split by GPT-2's pattern here, each distinct pre-token through the word cache."""
+        words = []
+        for sentences in docs:
+            doc_words: list[str] = []
+            for index, sentence in enumerate(sentences):
+                if index:
+                    doc_words.append(self._mark)
+                doc_words.extend(self._pretokens.findall(sentence))
+            words.append(doc_words)
+        return self._lookup(words, [len(sentences) for sentences in docs]) if words else []
 
     def _pretokenizable(self, sentences: Sequence[str]) -> bool:
         """No added token's text in the document, and every character checked (``_agrees``)."""
