@@ -352,15 +352,18 @@ def ranked_bpe(config: dict, byte_chars: list[str]) -> tiktoken.Encoding | None:
     vocab: dict[str, int] = model["vocab"]
     if not all(char in vocab for char in byte_chars):
         return None
-    char_bytes = {char: byte for byte, char in enumerate(byte_chars)}
+    to_bytes = str.maketrans({char: chr(byte) for byte, char in enumerate(byte_chars)})  # then latin-1 gives the bytes
     ranks = {bytes([byte]): vocab[char] for byte, char in enumerate(byte_chars)}
     last = max(ranks.values())
     for merge in model["merges"]:
         left, right = merge.split(" ") if isinstance(merge, str) else merge
         rank = vocab.get(left + right)
-        if rank is None or rank <= last or not all(char in char_bytes for char in left + right):
+        if rank is None or rank <= last:
             return None
-        ranks[bytes(char_bytes[char] for char in left + right)] = last = rank
+        try:
+            ranks[(left + right).translate(to_bytes).encode("latin-1")] = last = rank
+        except UnicodeEncodeError:  # a character outside the byte alphabet
+            return None
     return tiktoken.Encoding("corpusforge-bpe", pat_str=GPT2_PRETOKENS, mergeable_ranks=ranks, special_tokens={})
 
 
