@@ -45,6 +45,8 @@ MERSENNE_PRIME = (1 << 61) - 1
 MAX_HASH = (1 << 32) - 1
 _U64 = (1 << 64) - 1
 _BLOCK = 1024  # shingles per permutation block: 128 x 1024 x 4 bytes stays in L2 cache
+_CHUNK_BYTES = 1 << 17  # normalised bytes of the texts ``MinHasher.signatures`` hashes together
+_SHORT_BLOCK = 4096  # shingles of short texts permuted together (fewer, larger segmented mins; 2 MB of uint32)
 _PUNCT = re.compile(r"[^\w\s]+")
 _SPACE = re.compile(r"\s")
 _DIGEST = methodcaller("digest")
@@ -243,6 +245,25 @@ def window_hashes64(words: np.ndarray, ngram: int) -> np.ndarray:
     return _fmix64(total)
 
 
+def wordmix_hashes64_many(datas: Sequence[bytes], ngram: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`wordmix_hashes64` of several non-empty normalised texts at once: (their shingle hashes, one text
+    after another; shingles per text). Joined by a space, each text's words stay its own words, and a window
+    that would run into the next text is cut at its text's end, as ``window_hashes64`` cuts a short text."""
+    if len(datas) == 1:  # a long text has a chunk of its own: plain slices, no window index
+        hashes = wordmix_hashes64(datas[0], ngram)
+        return hashes, np.array([len(hashes)], dtype=np.int64)
+    words = word_hashes64(b" ".join(datas))
+    counts = np.fromiter((data.count(b" ") + 1 for data in datas), dtype=np.int64, count=len(datas))
+    windows = np.maximum(1, counts - ngram + 1)
+    widths = np.repeat(np.minimum(ngram, counts), windows)  # words in each window
+    first = np.repeat((np.cumsum(counts) - counts) - (np.cumsum(windows) - windows), windows) + np.arange(int(windows.sum()))
+    total = words[first] * np.uint64(_position_key(0))
+    for i in range(1, ngram):
+        inside = np.where(i < widths, words[np.minimum(first + i, len(words) - 1)], np.uint64(0))
+        total += inside * np.uint64(_position_key(i))
+    return _fmix64(total), windows
+
+
 def shingle_set(text: str, ngram: int = 5) -> np.ndarray:
     """Sorted unique 64-bit "wordmix" hashes of the shingles: an exact Jaccard barring 64-bit collisions, compact to ship."""
     return np.unique(wordmix_hashes64(normalized_bytes(text), ngram))
@@ -271,6 +292,7 @@ class MinHasher:
         self._b_low_8 = ((self.b + np.uint64(8)) & np.uint64(MAX_HASH)).astype(np.uint32)[:, None]
         self._perm_index = np.arange(num_perm)
         self._z = np.empty((num_perm, _BLOCK), dtype=np.uint32)
+        self._short_z = np.empty((num_perm, _SHORT_BLOCK), dtype=np.uint32)
 
     @property
     def hashfunc(self) -> Callable[[bytes], int]:
@@ -323,8 +345,70 @@ class MinHasher:
         return self.hash_values(self.base_hashes(text))
 
     def signatures(self, texts: Iterable[str]) -> np.ndarray:
-        """Signatures of many texts as a (len(texts), num_perm) uint32 array."""
-        return np.array([self.signature(t) for t in texts], dtype=np.uint32).reshape(-1, self.num_perm)
+        """Signatures of many texts as a (len(texts), num_perm) uint32 array: each row is ``signature`` of its text.
+
+        Texts are hashed a chunk at a time: a 400-byte page costs more in numpy calls than in arithmetic,
+        so a chunk's word hashes are one segmented sum and its short texts' permutations one product per
+        block (``_short_values``); a text of many shingles still goes through ``hash_values`` alone."""
+        rows: list[np.ndarray] = []
+        chunk: list[bytes] = []
+        size = 0
+        for data in map(normalized_bytes, texts):
+            chunk.append(data)
+            size += len(data)
+            if size >= _CHUNK_BYTES:
+                rows.append(self._chunk_values(chunk))
+                chunk, size = [], 0
+        rows.append(self._chunk_values(chunk))
+        return np.concatenate(rows)
+
+    def _chunk_values(self, datas: list[bytes]) -> np.ndarray:
+        """``signatures`` of normalised texts held together."""
+        out = np.full((len(datas), self.num_perm), MAX_HASH, dtype=np.uint32)  # an empty text has no shingle
+        rows = np.flatnonzero(np.fromiter(map(len, datas), dtype=np.int64, count=len(datas)))
+        if not len(rows):
+            return out
+        hashes, counts = self._many_base_hashes([datas[row] for row in rows.tolist()])
+        short = counts <= _BLOCK
+        if short.any():
+            out[rows[short]] = self._short_values(hashes[np.repeat(short, counts)], counts[short])
+        ends = np.cumsum(counts)
+        for k in np.flatnonzero(~short).tolist():
+            out[rows[k]] = self.hash_values(hashes[ends[k] - counts[k] : ends[k]])
+        return out
+
+    def _many_base_hashes(self, datas: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        """The base hashes of several non-empty normalised texts, one after another, and how many each has."""
+        if self.base_hash == "sha1":
+            per_text = [sha1_hash32_many(_shingle_slices(data, self.ngram)) for data in datas]
+            return np.concatenate(per_text), np.fromiter(map(len, per_text), dtype=np.int64, count=len(per_text))
+        hashes, counts = wordmix_hashes64_many(datas, self.ngram)
+        return hashes >> np.uint64(32), counts
+
+    def _short_values(self, hashes: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """``hash_values`` of consecutive texts' base hashes (``counts`` each, none over ``_SHORT_BLOCK``), texts grouped
+        into blocks of at most ``_SHORT_BLOCK`` shingles: each text's minimum ``x + 8`` per permutation is a segmented min over
+        the block, and every shingle within the bound of ``hash_values`` (normally the argmin alone) then gets the
+        exact formula, the least of them kept per (text, permutation)."""
+        out = np.full((len(counts), self.num_perm), MAX_HASH, dtype=np.uint64)
+        ends = np.cumsum(counts)
+        starts = ends - counts
+        low = hashes.astype(np.uint32)
+        first = 0
+        while first < len(counts):
+            last = max(int(np.searchsorted(ends, starts[first] + _SHORT_BLOCK, side="right")), first + 1)  # texts first..last-1
+            begin, width = int(starts[first]), int(ends[last - 1] - starts[first])
+            z = np.multiply(self._a_low, low[begin : begin + width], out=self._short_z[:, :width])
+            z += self._b_low_8  # x + 8 (mod 2^32)
+            segments = starts[first:last] - begin
+            least = np.minimum.reduceat(z, segments, axis=1)
+            bound = np.where(least < 8, np.uint32(MAX_HASH), np.minimum(least, np.uint32(MAX_HASH - 7)) + 7)
+            perms, columns = np.divmod(np.flatnonzero(z <= np.repeat(bound, counts[first:last], axis=1)), width)
+            exact = ((hashes[begin + columns] * self.a[perms] + self.b[perms]) % np.uint64(MERSENNE_PRIME)) & np.uint64(MAX_HASH)
+            texts = first + np.searchsorted(segments, columns, side="right") - 1
+            np.minimum.at(out, (texts, perms), exact)
+            first = last
+        return out.astype(np.uint32)
 
 
 @lru_cache(maxsize=64)

@@ -162,12 +162,15 @@ class RefMaker:
             self.hasher = MinHasher(near.num_perm, near.seed, near.ngram, base_hash=near.base_hash)
             self.bands, self.rows = banding(near)
 
-    def band_keys(self, text: str) -> bytes:
-        """Band index + 8-byte digest of the band: candidates are verified, so digest collisions only cost a check."""
+    def band_keys(self, docs: list[Document]) -> list[bytes]:
+        """Per document, band index + 8-byte digest of each band: candidates are verified, so digest collisions
+        only cost a check. The task's signatures are computed together (short pages hash faster so)."""
         if self.near is None:
-            return b""
-        keys = band_keys(self.hasher.signature(text), self.bands, self.rows)
-        return b"".join(key[:2] + hashlib.blake2b(key[2:], digest_size=8).digest() for key in keys)
+            return [b""] * len(docs)
+        return [
+            b"".join(key[:2] + hashlib.blake2b(key[2:], digest_size=8).digest() for key in band_keys(signature, self.bands, self.rows))
+            for signature in self.hasher.signatures([doc.text for doc in docs])
+        ]
 
     def spill(self, path: str, docs: list[Document]) -> list[DocRef]:
         write_spill(path, docs)
@@ -180,11 +183,11 @@ class RefMaker:
                 len(doc.text.encode("utf-8")),
                 len(doc.text),
                 dedup_key(doc.text),
-                self.band_keys(doc.text),
+                bands,
                 path,
                 row,
             )
-            for row, doc in enumerate(docs)
+            for row, (doc, bands) in enumerate(zip(docs, self.band_keys(docs)))
         ]
 
 

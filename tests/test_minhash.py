@@ -121,6 +121,31 @@ def test_signature_identity_property(text, ngram):
         assert np.array_equal(hasher.signature(text).astype(np.uint64), m.hashvalues)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(text_strategy, max_size=12), st.integers(min_value=1, max_value=6))
+def test_signatures_of_many_texts_are_each_texts_signature(texts, ngram):
+    """Texts hashed together (windows cut at each text's end, short texts' minima as segmented mins) give
+    every text its own signature: empty texts, texts shorter than the n-gram and unicode included."""
+    for base_hash in BASE_HASHES:
+        hasher = MinHasher(32, seed=3, ngram=ngram, base_hash=base_hash)
+        expected = np.array([hasher.signature(text) for text in texts], dtype=np.uint32).reshape(-1, 32)
+        assert np.array_equal(hasher.signatures(texts), expected)
+
+
+def test_signatures_across_chunks_and_blocks_match_one_at_a_time(shared_data):
+    """Real pages of every length, over several chunks and permutation blocks: the same rows as one text at a time."""
+    words = (shared_data / "books" / "en" / "1155-0.txt").read_text(encoding="utf-8").split()
+    rng = np.random.default_rng(0)
+    texts, at = [], 0
+    for length in rng.choice([0, 1, 3, 5, 40, 70, 700, 1500, 5000], size=400):
+        texts.append(" ".join(words[at : at + int(length)]))
+        at = (at + int(length)) % (len(words) - 5000)
+    hasher = MinHasher()
+    expected = np.array([hasher.signature(text) for text in texts])
+    assert np.array_equal(hasher.signatures(texts), expected)
+    assert np.array_equal(hasher.signatures(texts[::-1]), expected[::-1])
+
+
 def test_wordmix_depends_on_every_byte_word_order_and_length():
     base = b"the quick brown fox jumps"
     variants = [
@@ -198,6 +223,10 @@ def test_hash_values_exact_with_near_ties_and_wraps(randoms, pick, target, offse
     crafted = [((target + off - b_low) * inverse) % (1 << 32) for off in offsets]
     hashes = np.array(randoms + crafted, dtype=np.uint64)
     assert np.array_equal(hasher.hash_values(hashes).astype(np.uint64), exact_hash_values(hasher, hashes))
+    # the same shingles as texts hashed together (``signatures``' path for short texts): the crafted ones in one text
+    texts = [part for part in (hashes[: len(randoms) // 2], hashes[len(randoms) // 2 : len(randoms)], hashes[len(randoms) :]) if len(part)]
+    together = hasher._short_values(np.concatenate(texts), np.array([len(t) for t in texts]))
+    assert np.array_equal(together.astype(np.uint64), np.array([exact_hash_values(hasher, t) for t in texts]))
 
 
 def test_hash_values_exact_across_blocks():
