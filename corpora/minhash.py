@@ -23,7 +23,7 @@ within 7 of it) goes through datasketch's exact 64-bit formula (see :meth:`MinHa
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import lru_cache
 from hashlib import sha1 as _openssl_sha1
 from operator import methodcaller
@@ -267,6 +267,28 @@ def wordmix_hashes64_many(datas: Sequence[bytes], ngram: int) -> tuple[np.ndarra
 def shingle_set(text: str, ngram: int = 5) -> np.ndarray:
     """Sorted unique 64-bit "wordmix" hashes of the shingles: an exact Jaccard barring 64-bit collisions, compact to ship."""
     return np.unique(wordmix_hashes64(normalized_bytes(text), ngram))
+
+
+def shingle_sets(texts: Iterable[str], ngram: int = 5) -> Iterator[np.ndarray]:
+    """:func:`shingle_set` of each text in turn, the word hashes of about ``_CHUNK_BYTES`` of texts computed together."""
+    chunk: list[bytes] = []
+    size = 0
+    for data in map(normalized_bytes, texts):
+        chunk.append(data)
+        size += len(data)
+        if size >= _CHUNK_BYTES:
+            yield from _chunk_shingle_sets(chunk, ngram)
+            chunk, size = [], 0
+    yield from _chunk_shingle_sets(chunk, ngram)
+
+
+def _chunk_shingle_sets(datas: list[bytes], ngram: int) -> Iterator[np.ndarray]:
+    texts = [data for data in datas if data]
+    if texts:
+        hashes, counts = wordmix_hashes64_many(texts, ngram)
+        pieces = iter(np.split(hashes, np.cumsum(counts)[:-1]))
+    for data in datas:
+        yield np.unique(next(pieces)) if data else np.empty(0, dtype=np.uint64)
 
 
 def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

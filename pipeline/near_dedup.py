@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import combinations
 from urllib.parse import urlsplit
@@ -43,7 +44,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from corpusforge.core.config import NearDedupConfig
 from corpusforge.corpora.document import Reject
-from corpusforge.corpora.minhash import jaccard, s_curve_table, shingle_set
+from corpusforge.corpora.minhash import jaccard, s_curve_table, shingle_set, shingle_sets
 from corpusforge.pipeline.document_spill import DocRef, banding, iter_texts, load_texts
 from corpusforge.pipeline.file_shuffle import FileCoGroupByKey, FileDistinct, FileGroupByKey
 
@@ -203,11 +204,18 @@ def _shingle_rows(item: tuple[str, Iterable[tuple[int, str, list[bytes]]]], ngra
     """Each needed document of one spill file read once, its shingle set sent to every bucket it is in."""
     path, wanted = item
     by_row = {row: (doc_id, buckets) for row, doc_id, buckets in wanted}
-    for row, text in iter_texts(path, by_row):
-        doc_id, buckets = by_row[row]
-        shingles = shingle_set(text, ngram).tobytes()
+    rows: deque[int] = deque()  # rows read whose shingle sets are not out yet (sets come a chunk of texts at a time)
+
+    def texts() -> Iterator[str]:
+        for row, text in iter_texts(path, by_row):
+            rows.append(row)
+            yield text
+
+    for shingles in shingle_sets(texts(), ngram):
+        doc_id, buckets = by_row[rows.popleft()]
+        data = shingles.tobytes()
         for bucket in buckets:
-            yield bucket, (doc_id, shingles)
+            yield bucket, (doc_id, data)
 
 
 class _VerifyBuckets(beam.DoFn):

@@ -22,6 +22,7 @@ from corpusforge.corpora.minhash import (
     normalized_bytes,
     s_curve_table,
     shingle_set,
+    shingle_sets,
     shingles,
     wordmix_hash32,
     wordmix_hash64,
@@ -130,6 +131,10 @@ def test_signatures_of_many_texts_are_each_texts_signature(texts, ngram):
         hasher = MinHasher(32, seed=3, ngram=ngram, base_hash=base_hash)
         expected = np.array([hasher.signature(text) for text in texts], dtype=np.uint32).reshape(-1, 32)
         assert np.array_equal(hasher.signatures(texts), expected)
+    sets = list(shingle_sets(texts, ngram))
+    assert len(sets) == len(texts)
+    for text, got in zip(texts, sets):
+        assert got.dtype == np.uint64 and np.array_equal(got, shingle_set(text, ngram))
 
 
 def test_signatures_across_chunks_and_blocks_match_one_at_a_time(shared_data):
@@ -144,6 +149,7 @@ def test_signatures_across_chunks_and_blocks_match_one_at_a_time(shared_data):
     expected = np.array([hasher.signature(text) for text in texts])
     assert np.array_equal(hasher.signatures(texts), expected)
     assert np.array_equal(hasher.signatures(texts[::-1]), expected[::-1])
+    assert all(np.array_equal(got, shingle_set(text)) for text, got in zip(texts, shingle_sets(texts)))
 
 
 def test_wordmix_depends_on_every_byte_word_order_and_length():
