@@ -21,7 +21,7 @@ import numpy as np
 from corpusforge.core.config import CleanConfig
 from corpusforge.corpora.decontaminate import Decontaminator
 from corpusforge.corpora.document import Document, Reject
-from corpusforge.corpora.language import detect_language
+from corpusforge.corpora.language import detect_languages
 
 # Mojibake and encoding repairs only: curly quotes and dashes are the author's, not accidents.
 _FTFY = ftfy.TextFixerConfig(uncurl_quotes=False, explain=False)
@@ -222,19 +222,35 @@ class Cleaner:
         )
 
     def __call__(self, doc: Document) -> Document | Reject:
-        text = normalize_text(doc.text, fix_unicode=self.cfg.fix_unicode)
-        words = word_count(text)
-        if words < self.cfg.min_words:
-            return Reject(doc.id, doc.source, "too_short", f"{words} words < {self.cfg.min_words}", doc.url or doc.title)
-        meta = dict(doc.meta)
+        return self.clean_many([doc])[0]
+
+    def clean_many(self, docs: list[Document]) -> list[Document | Reject]:
+        """Each document cleaned or rejected as alone; the language of those still in is identified together
+        (``detect_languages``: short pages are identified faster so)."""
+        docs = list(docs)  # the language verdicts go into this list's documents, not the caller's
+        texts = [normalize_text(doc.text, fix_unicode=self.cfg.fix_unicode) for doc in docs]
+        out: list[Document | Reject | None] = [None] * len(docs)
+        for i, (doc, text) in enumerate(zip(docs, texts)):
+            words = word_count(text)
+            if words < self.cfg.min_words:
+                out[i] = Reject(doc.id, doc.source, "too_short", f"{words} words < {self.cfg.min_words}", doc.url or doc.title)
         if self.cfg.language:
-            language, confidence = detect_language(text)
-            meta["language"] = language
-            if language != self.cfg.language or confidence < self.cfg.language_min_confidence:
-                return Reject(doc.id, doc.source, "language", f"{language}:{confidence:.2f}", doc.url or doc.title)
+            kept = [i for i, result in enumerate(out) if result is None]
+            for i, (language, confidence) in zip(kept, detect_languages([texts[i] for i in kept])):
+                doc = docs[i]
+                if language != self.cfg.language or confidence < self.cfg.language_min_confidence:
+                    out[i] = Reject(doc.id, doc.source, "language", f"{language}:{confidence:.2f}", doc.url or doc.title)
+                else:
+                    docs[i] = doc.replace(meta={**doc.meta, "language": language})
+        for i, (doc, text) in enumerate(zip(docs, texts)):
+            if out[i] is None:
+                out[i] = self._decontaminated(doc, text)
+        return out
+
+    def _decontaminated(self, doc: Document, text: str) -> Document | Reject:
         if self.decontaminator is not None:
             found = self.decontaminator.match(text)
             if found is not None:
                 detail = f"shares a {self.cfg.decontaminate_ngram}-gram with {found}"
                 return Reject(doc.id, doc.source, "contaminated", detail, doc.url or doc.title)
-        return doc.replace(text=text, meta=meta)
+        return doc.replace(text=text, meta=dict(doc.meta))

@@ -48,6 +48,7 @@ from corpusforge.pipeline.summary import record_recount
 
 log = logging.getLogger(__name__)
 REF, REJECT = "ref", "reject"
+CLEAN_BATCH_CHARS = 1 << 18  # characters of documents a reading worker cleans together (a book: alone)
 Reader = Callable[[object, Counter], Iterable[Document | Reject]]  # (task, counts) -> records; counts["inputs"] where read
 
 
@@ -96,15 +97,20 @@ class ReadCleanSpill(beam.DoFn):
         counters: Counter[str] = Counter()
         read: Counter[str] = Counter()
         docs: list[Document] = []
+        batch: list[Document] = []  # documents read, to be cleaned together (short pages clean faster so)
+        size = 0
         for record in self.reader(task, read):
             counters[f"{record.source}.records"] += 1
             if isinstance(record, Document) and self.cleaner is not None:
-                record = self.cleaner(record)
-            if isinstance(record, Reject):
-                counters[f"{record.source}.rejects.{record.reason}"] += 1
-                yield REJECT, record
+                batch.append(record)
+                size += len(record.text)
+                if size >= CLEAN_BATCH_CHARS:
+                    yield from self._sort_out(self.cleaner.clean_many(batch), docs, counters)
+                    batch, size = [], 0
             else:
-                docs.append(record)
+                yield from self._sort_out([record], docs, counters)
+        if batch:
+            yield from self._sort_out(self.cleaner.clean_many(batch), docs, counters)
         if "inputs" in read:  # counted by the reader where it read them, independently of what it yielded
             counters[f"{self.source}.inputs"] += read["inputs"]
         if docs:
@@ -112,6 +118,16 @@ class ReadCleanSpill(beam.DoFn):
             for ref in self.refs.spill(storage.join(self.spill_dir, name), docs):
                 yield REF, ref
         yield COUNTERS, dict(counters)
+
+    @staticmethod
+    def _sort_out(records: list[Document | Reject], docs: list[Document], counters: Counter[str]) -> Iterator[tuple[str, object]]:
+        """Rejects out (counted), documents onto ``docs`` in the order read."""
+        for record in records:
+            if isinstance(record, Reject):
+                counters[f"{record.source}.rejects.{record.reason}"] += 1
+                yield REJECT, record
+            else:
+                docs.append(record)
 
 
 def read_book_task(task: tuple[str, str], counts: Counter) -> list[Document | Reject]:

@@ -113,6 +113,24 @@ def test_language_of_short_texts_and_bundled_french(samples: Path) -> None:
     assert detect_language(docs["a_winter_in_montreuil.txt"].text)[0] == "en"  # French names, English prose
 
 
+def test_documents_cleaned_together_as_one_at_a_time(shared_docs: list[Document], samples: Path) -> None:
+    """``Cleaner.clean_many`` (languages identified together) gives each document what cleaning it alone gives."""
+    from corpusforge.core.config import CleanConfig
+    from corpusforge.corpora.clean import Cleaner
+
+    pages = [
+        doc.replace(id=f"{doc.id}-{i}", text=doc.text[i * 3000 : i * 3000 + size])
+        for doc in shared_docs
+        for i, size in enumerate((150, 900, 2500))
+    ]
+    pages += list(read_books(samples / "books")) + [Document("empty", "books", "", "")]
+    cleaner = Cleaner(CleanConfig(min_words=20, language="en"))
+    together = cleaner.clean_many(pages)
+    assert together == [cleaner(page) for page in pages]
+    assert {type(r).__name__ for r in together} == {"Document", "Reject"}
+    assert {r.reason for r in together if not isinstance(r, Document)} >= {"too_short", "language"}
+
+
 def test_sample_text_is_bounded_and_spread_over_the_text() -> None:
     text = " ".join(f"w{i}" for i in range(100_000))
     sample = sample_text(text, windows=5, window_chars=1000)

@@ -65,6 +65,26 @@ def test_same_verdicts_on_any_text(reference: LanguageIdentifier, text: str) -> 
     assert _identifier().classify(text) == reference.classify(text)
 
 
+def test_texts_classified_together_as_one_at_a_time(shared_data: Path, reference: LanguageIdentifier) -> None:
+    """``classify_many`` (features of the short texts counted in one walk and one sort) decides as py3langid does
+    text by text: shared text cut into pages of every length up to past the batching limit, and edge cases."""
+    rng = random.Random(3)
+    pages = []
+    for text in _shared_texts(shared_data)[::3]:
+        at = rng.randrange(len(text))
+        pages.append(text[at : at + rng.choice([0, 1, 5, 60, 400, 1500, 2100, 4000])])
+    pages += ["", "\x00\x01", "  ", "SHOUTING", "日本語のテキストです"]
+    rng.shuffle(pages)
+    assert _identifier().classify_many(pages) == [reference.classify(page) for page in pages]
+    assert _identifier().classify_many([]) == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.text(max_size=200) | st.binary(max_size=200).map(lambda b: b.decode("latin-1")), max_size=8))
+def test_any_texts_classified_together_as_one_at_a_time(reference: LanguageIdentifier, texts: list[str]) -> None:
+    assert _identifier().classify_many(texts) == [reference.classify(text) for text in texts]
+
+
 def test_edge_cases(reference: LanguageIdentifier) -> None:
     rng = random.Random(7)
     noise = "".join(chr(rng.randrange(0x20, 0x3000)) for _ in range(2000))
