@@ -271,15 +271,22 @@ def shingle_set(text: str, ngram: int = 5) -> np.ndarray:
 
 def shingle_sets(texts: Iterable[str], ngram: int = 5) -> Iterator[np.ndarray]:
     """:func:`shingle_set` of each text in turn, the word hashes of about ``_CHUNK_BYTES`` of texts computed together."""
+    for chunk in _normalised_chunks(texts):
+        yield from _chunk_shingle_sets(chunk, ngram)
+
+
+def _normalised_chunks(texts: Iterable[str]) -> Iterator[list[bytes]]:
+    """The texts' :func:`normalized_bytes` in runs of about ``_CHUNK_BYTES`` (a long text ends a run alone or nearly)."""
     chunk: list[bytes] = []
     size = 0
     for data in map(normalized_bytes, texts):
         chunk.append(data)
         size += len(data)
         if size >= _CHUNK_BYTES:
-            yield from _chunk_shingle_sets(chunk, ngram)
+            yield chunk
             chunk, size = [], 0
-    yield from _chunk_shingle_sets(chunk, ngram)
+    if chunk:
+        yield chunk
 
 
 def _chunk_shingle_sets(datas: list[bytes], ngram: int) -> Iterator[np.ndarray]:
@@ -372,17 +379,8 @@ class MinHasher:
         Texts are hashed a chunk at a time: a 400-byte page costs more in numpy calls than in arithmetic,
         so a chunk's word hashes are one segmented sum and its short texts' permutations one product per
         block (``_short_values``); a text of many shingles still goes through ``hash_values`` alone."""
-        rows: list[np.ndarray] = []
-        chunk: list[bytes] = []
-        size = 0
-        for data in map(normalized_bytes, texts):
-            chunk.append(data)
-            size += len(data)
-            if size >= _CHUNK_BYTES:
-                rows.append(self._chunk_values(chunk))
-                chunk, size = [], 0
-        rows.append(self._chunk_values(chunk))
-        return np.concatenate(rows)
+        rows = [self._chunk_values(chunk) for chunk in _normalised_chunks(texts)]
+        return np.concatenate(rows) if rows else np.empty((0, self.num_perm), dtype=np.uint32)
 
     def _chunk_values(self, datas: list[bytes]) -> np.ndarray:
         """``signatures`` of normalised texts held together."""
