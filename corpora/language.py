@@ -99,6 +99,9 @@ class VectorIdentifier(LanguageIdentifier):
         """``classify`` of each text (py3langid's own decision), the features of the short ones counted by ``visits_many``."""
         datas = [self._encode(text) for text in texts]
         short = list({data for data in datas if len(data) <= _SHORT_BYTES})[: 1 << (63 - _TEXT_SHIFT)]
+        if len(self.nb_ptc) > _FEATURE_MASK + 1:  # a model with more features than the keys hold: one text at a time
+            short = []
+        # keyed by a text's bytes: entries a concurrent call left are as right as this call's own
         self._visited = dict(zip(short, self.visits_many(short)))
         try:
             return [self.classify(text) for text in texts]
