@@ -227,30 +227,32 @@ class Cleaner:
     def clean_many(self, docs: list[Document]) -> list[Document | Reject]:
         """Each document cleaned or rejected as alone; the language of those still in is identified together
         (``detect_languages``: short pages are identified faster so)."""
-        docs = list(docs)  # the language verdicts go into this list's documents, not the caller's
         texts = [normalize_text(doc.text, fix_unicode=self.cfg.fix_unicode) for doc in docs]
         out: list[Document | Reject | None] = [None] * len(docs)
         for i, (doc, text) in enumerate(zip(docs, texts)):
             words = word_count(text)
             if words < self.cfg.min_words:
                 out[i] = Reject(doc.id, doc.source, "too_short", f"{words} words < {self.cfg.min_words}", doc.url or doc.title)
+        languages: dict[int, str] = {}
         if self.cfg.language:
             kept = [i for i, result in enumerate(out) if result is None]
             for i, (language, confidence) in zip(kept, detect_languages([texts[i] for i in kept])):
-                doc = docs[i]
+                languages[i] = language
                 if language != self.cfg.language or confidence < self.cfg.language_min_confidence:
+                    doc = docs[i]
                     out[i] = Reject(doc.id, doc.source, "language", f"{language}:{confidence:.2f}", doc.url or doc.title)
-                else:
-                    docs[i] = doc.replace(meta={**doc.meta, "language": language})
         for i, (doc, text) in enumerate(zip(docs, texts)):
             if out[i] is None:
-                out[i] = self._decontaminated(doc, text)
+                out[i] = self._decontaminated(doc, text, languages.get(i))
         return out
 
-    def _decontaminated(self, doc: Document, text: str) -> Document | Reject:
+    def _decontaminated(self, doc: Document, text: str, language: str | None) -> Document | Reject:
         if self.decontaminator is not None:
             found = self.decontaminator.match(text)
             if found is not None:
                 detail = f"shares a {self.cfg.decontaminate_ngram}-gram with {found}"
                 return Reject(doc.id, doc.source, "contaminated", detail, doc.url or doc.title)
-        return doc.replace(text=text, meta=dict(doc.meta))
+        meta = dict(doc.meta)
+        if language is not None:
+            meta["language"] = language
+        return doc.replace(text=text, meta=meta)

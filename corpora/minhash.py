@@ -364,11 +364,15 @@ class MinHasher:
             if (least >= 8).all() and (runner_up - least > 7).all():  # each permutation's minimum is its only candidate
                 perms = self._perm_index
             else:
-                bound = np.where(least < 8, np.uint32(MAX_HASH), np.minimum(least, np.uint32(MAX_HASH - 7)) + 7)
+                bound = _candidate_bound(least)
                 perms, rows = np.nonzero(z <= bound[:, None])
-            exact = ((h[rows] * self.a[perms] + self.b[perms]) % np.uint64(MERSENNE_PRIME)) & np.uint64(MAX_HASH)
+            exact = self._exact(h[rows], perms)
             np.minimum.at(out, perms, exact)
         return out.astype(np.uint32)
+
+    def _exact(self, hashes: np.ndarray, perms: np.ndarray) -> np.ndarray:
+        """datasketch's ``(a*h + b) mod (2^61 - 1)``, low 32 bits, for each (hash, its permutation)."""
+        return ((hashes * self.a[perms] + self.b[perms]) % np.uint64(MERSENNE_PRIME)) & np.uint64(MAX_HASH)
 
     def signature(self, text: str) -> np.ndarray:
         return self.hash_values(self.base_hashes(text))
@@ -422,13 +426,19 @@ class MinHasher:
             z += self._b_low_8  # x + 8 (mod 2^32)
             segments = starts[first:last] - begin
             least = np.minimum.reduceat(z, segments, axis=1)
-            bound = np.where(least < 8, np.uint32(MAX_HASH), np.minimum(least, np.uint32(MAX_HASH - 7)) + 7)
+            bound = _candidate_bound(least)
             perms, columns = np.divmod(np.flatnonzero(z <= np.repeat(bound, counts[first:last], axis=1)), width)
-            exact = ((hashes[begin + columns] * self.a[perms] + self.b[perms]) % np.uint64(MERSENNE_PRIME)) & np.uint64(MAX_HASH)
+            exact = self._exact(hashes[begin + columns], perms)
             texts = first + np.searchsorted(segments, columns, side="right") - 1
             np.minimum.at(out, (texts, perms), exact)
             first = last
         return out.astype(np.uint32)
+
+
+def _candidate_bound(least: np.ndarray) -> np.ndarray:
+    """The largest ``x + 8`` that can still hold the minimum, from the least one (``hash_values``): 7 above it,
+    or every shingle when the least wrapped past 2^32 (below 8)."""
+    return np.where(least < 8, np.uint32(MAX_HASH), np.minimum(least, np.uint32(MAX_HASH - 7)) + 7)
 
 
 @lru_cache(maxsize=64)

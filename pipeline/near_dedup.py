@@ -31,9 +31,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import combinations
+from itertools import combinations, tee
 from urllib.parse import urlsplit
 
 import apache_beam as beam
@@ -204,15 +203,9 @@ def _shingle_rows(item: tuple[str, Iterable[tuple[int, str, list[bytes]]]], ngra
     """Each needed document of one spill file read once, its shingle set sent to every bucket it is in."""
     path, wanted = item
     by_row = {row: (doc_id, buckets) for row, doc_id, buckets in wanted}
-    rows: deque[int] = deque()  # rows read whose shingle sets are not out yet (sets come a chunk of texts at a time)
-
-    def texts() -> Iterator[str]:
-        for row, text in iter_texts(path, by_row):
-            rows.append(row)
-            yield text
-
-    for shingles in shingle_sets(texts(), ngram):
-        doc_id, buckets = by_row[rows.popleft()]
+    rows, texts = tee(iter_texts(path, by_row))  # the sets come a chunk of texts behind the rows
+    for (row, _), shingles in zip(rows, shingle_sets((text for _, text in texts), ngram)):
+        doc_id, buckets = by_row[row]
         data = shingles.tobytes()
         for bucket in buckets:
             yield bucket, (doc_id, data)
