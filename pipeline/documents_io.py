@@ -77,12 +77,12 @@ ROW_GROUP_TEXT_BYTES = 8 << 20  # a row group is one task of the examples stages
 def write_table_atomic(table: pa.Table, path: str, order: pa.Array | None = None) -> str:
     """Write Parquet to ``path`` (a local path or a URI) whole or not at all (``storage.arrow_output``).
 
-    Row groups hold about ``ROW_GROUP_TEXT_BYTES`` (from the table's own size, so the bytes depend on
-    the content only): later stages read a part in parallel, a row group at a time. ``order`` (row
+    Row groups hold about ``ROW_GROUP_TEXT_BYTES`` (``content_bytes``: the bytes depend on the rows only,
+    not on how they are chunked): later stages read a part in parallel, a row group at a time. ``order`` (row
     indices) writes the rows in that order, taking one row group at a time, so a part is never copied
     whole to be sorted; the file is streamed out rather than built in memory.
     """
-    rows_per_group = row_group_rows(table.num_rows, table.nbytes)
+    rows_per_group = row_group_rows(table.num_rows, content_bytes(table))
     with storage.arrow_output(path) as sink, pq.ParquetWriter(sink, table.schema, compression="zstd") as writer:
         if order is None or table.num_rows == 0:
             writer.write_table(table, row_group_size=rows_per_group)
@@ -95,6 +95,19 @@ def write_table_atomic(table: pa.Table, path: str, order: pa.Array | None = None
 def row_group_rows(rows: int, nbytes: int) -> int:
     """Rows per row group of a table of ``rows`` rows and ``nbytes`` bytes (about ``ROW_GROUP_TEXT_BYTES``)."""
     return max(1, int(ROW_GROUP_TEXT_BYTES * rows / max(1, nbytes)))
+
+
+def content_bytes(table: pa.Table) -> int:
+    """The UTF-8 bytes of a table's strings (struct fields included), summed: the same however its rows are
+    chunked, where Arrow's ``nbytes`` adds each chunk's offsets and validity bitmaps (a part written from one
+    spill per small book had other row groups than the same rows from one spill per thousand books)."""
+    return sum(_string_bytes(column) for column in table.columns)
+
+
+def _string_bytes(column: pa.ChunkedArray | pa.Array) -> int:
+    if pa.types.is_struct(column.type):
+        return sum(_string_bytes(pc.struct_field(column, [index])) for index in range(column.type.num_fields))
+    return pc.sum(pc.binary_length(column)).as_py() or 0
 
 
 RUN_BYTES = 16 << 20  # bytes of rows a sorting writer holds before it writes them out as one sorted run
@@ -117,7 +130,7 @@ def write_sorted(
 
     Up to ``RUN_BYTES`` are sorted in memory; past that, sorted runs go to files in a new folder under
     ``scratch`` (any storage path; removed at the end) and are merged a row group at a time. Row groups are
-    sized from the pieces' summed ``nbytes``: Arrow's ``nbytes`` adds up over chunks, so it is the whole table's.
+    sized from the pieces' summed ``content_bytes``, which add up to the whole table's.
     """
     order_by = [(key, "ascending") for key in keys]
     temp = storage.join(scratch, uuid.uuid4().hex)
@@ -126,7 +139,7 @@ def write_sorted(
         pending: list[pa.Table] = []
         schema, rows, total, held = None, 0, 0, 0
         for piece in pieces:
-            schema, rows, total, held = piece.schema, rows + piece.num_rows, total + piece.nbytes, held + piece.nbytes
+            schema, rows, total, held = piece.schema, rows + piece.num_rows, total + content_bytes(piece), held + piece.nbytes
             pending.append(piece)
             if held >= RUN_BYTES:
                 runs.append(_write_run(pa.concat_tables(pending), order_by, storage.join(temp, f"{len(runs):06d}.arrow")))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet  # noqa: F401 - pa.parquet
 import pytest
 
 from corpusforge.corpora.document import Document, Reject
@@ -43,6 +45,18 @@ def test_documents_part_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     write_sorted(iter(pieces), str(tmp_path / "new.parquet"), ["id"], str(tmp_path / "runs"))
     assert _digest(tmp_path / "new.parquet") == _digest(tmp_path / "old.parquet")
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # the sorted runs are removed
+
+
+def test_documents_part_bytes_do_not_depend_on_the_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same rows from one spill per document or from one spill per thousand (small books read together)
+    make the same part: row groups are sized from the rows, not from how Arrow chunks them."""
+    monkeypatch.setattr(documents_io, "ROW_GROUP_TEXT_BYTES", 20_000)
+    docs = [dataclasses.replace(doc, text=doc.text[:60]) for doc in _documents(1500, random.Random(4))]  # short pages
+    for name, size in (("one", 1), ("many", 1000)):
+        pieces = [documents_table(docs[i : i + size], sort=False) for i in range(0, len(docs), size)]
+        write_sorted(iter(pieces), str(tmp_path / f"{name}.parquet"), ["id"], str(tmp_path / "runs"))
+    assert pa.parquet.ParquetFile(tmp_path / "one.parquet").num_row_groups > 3
+    assert _digest(tmp_path / "one.parquet") == _digest(tmp_path / "many.parquet")
 
 
 @pytest.mark.parametrize("run_bytes", [1 << 30, 5_000])
