@@ -223,14 +223,22 @@ def glob(pattern: PathLike) -> list[str]:
 
 def files_under(root: PathLike) -> list[str]:
     """Every finished file below a folder, sorted (an atomic writer's temporaries left out)."""
+    return [path for path, _ in sized_files_under(root)]
+
+
+def sized_files_under(root: PathLike) -> list[tuple[str, int]]:
+    """``files_under`` with each file's size in bytes, from the one listing (a store's LIST carries sizes:
+    no request per file)."""
     root = os.fspath(root)
     if is_local(root):
         top = _local(root)
-        found = [os.path.join(folder, f) for folder, _, files in os.walk(top) for f in files]
+        paths = [os.path.join(folder, f) for folder, _, files in os.walk(top) for f in files]
+        found = [(path, os.path.getsize(path)) for path in paths if not is_temporary(path)]
     else:
         fs, inner = filesystem(root)
-        found = [_full(root, f) for f in fs.find(inner)] if fs.isdir(inner) else []
-    return sorted(f for f in found if not is_temporary(f))
+        listed = fs.find(inner, detail=True) if fs.isdir(inner) else {}
+        found = [(_full(root, f), int(info["size"])) for f, info in listed.items() if not is_temporary(f)]
+    return sorted(found)
 
 
 @contextmanager

@@ -35,15 +35,26 @@ def list_book_files(root: storage.PathLike, extensions: Sequence[str] = (".txt",
     """Every book file under ``root`` (or ``root`` itself if it is a file), sorted by relative path and
     spelled from ``root`` as given (``read_book`` keys a book by its path below it); each file listed
     counts one into ``counts["inputs"]`` (a book is one input)."""
+    return [path for path, _ in list_book_sizes(root, extensions, counts)]
+
+
+def list_book_sizes(
+    root: storage.PathLike, extensions: Sequence[str] = (".txt", ".epub"), counts: Counter[str] | None = None
+) -> list[tuple[str, int]]:
+    """``list_book_files`` with each file's size in bytes (what groups small books into one read task)."""
     root = os.fspath(root)
     wanted = tuple(ext.lower() for ext in extensions)
     if not storage.exists(root):
         raise FileNotFoundError(f"books path does not exist: {root}")
     if storage.is_file(root):
-        files = [root] if storage.name(root).lower().endswith(wanted) else []
+        files = [(root, storage.size(root))] if storage.name(root).lower().endswith(wanted) else []
     else:
         top = storage.resolve(root)
-        files = [storage.join(root, storage.relative(p, top)) for p in storage.files_under(top) if storage.name(p).lower().endswith(wanted)]
+        files = [
+            (storage.join(root, storage.relative(p, top)), size)
+            for p, size in storage.sized_files_under(top)
+            if storage.name(p).lower().endswith(wanted)
+        ]
     if not files:
         raise ValueError(f"no book files with extensions {', '.join(wanted)} under {root}")
     count_input(counts, len(files))

@@ -28,7 +28,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from corpusforge.core import storage
 from corpusforge.core.config import BooksConfig, CleanConfig, NearDedupConfig, WikipediaConfig
 from corpusforge.core.hashing import stable_hash
-from corpusforge.corpora.books import list_book_files, read_book
+from corpusforge.corpora.books import list_book_sizes, read_book
 from corpusforge.corpora.clean import Cleaner
 from corpusforge.corpora.document import Document, Reject
 from corpusforge.corpora.wikipedia import plan_ranges, read_range
@@ -49,6 +49,7 @@ from corpusforge.pipeline.summary import record_recount
 log = logging.getLogger(__name__)
 REF, REJECT = "ref", "reject"
 CLEAN_BATCH_CHARS = 1 << 18  # characters of documents a reading worker cleans together (a book: alone)
+BOOK_TASK_BYTES = 1 << 20  # small book files read as one task up to this size (about one ~1 MB book's work)
 Reader = Callable[[object, Counter], Iterable[Document | Reject]]  # (task, counts) -> records; counts["inputs"] where read
 
 
@@ -130,14 +131,28 @@ class ReadCleanSpill(beam.DoFn):
                 docs.append(record)
 
 
-def read_book_task(task: tuple[str, str], counts: Counter) -> list[Document | Reject]:
-    """One listed book file (books count their inputs where the files are listed: ``book_tasks``)."""
-    path, root = task
-    return [read_book(path, root)]
+def read_book_task(task: tuple[str, tuple[str, ...]], counts: Counter) -> Iterator[Document | Reject]:
+    """The listed book files of one task (books count their inputs where the files are listed: ``book_tasks``)."""
+    root, paths = task
+    return (read_book(path, root) for path in paths)
 
 
-def book_tasks(cfg: BooksConfig, counts: Counter) -> list[tuple[str, str]]:
-    return [(str(path), root) for root in cfg.paths for path in list_book_files(root, tuple(cfg.extensions), counts)]
+def book_tasks(cfg: BooksConfig, counts: Counter) -> list[tuple[str, tuple[str, ...]]]:
+    """``(root, files)`` read tasks: consecutive listed files up to ``BOOK_TASK_BYTES`` together, a larger
+    file alone, so that a folder of thousands of small files is not thousands of tasks, spills and markers."""
+    tasks: list[tuple[str, tuple[str, ...]]] = []
+    for root in cfg.paths:
+        group: list[str] = []
+        size = 0
+        for path, file_size in list_book_sizes(root, tuple(cfg.extensions), counts):
+            if group and size + file_size > BOOK_TASK_BYTES:
+                tasks.append((root, tuple(group)))
+                group, size = [], 0
+            group.append(path)
+            size += file_size
+        if group:
+            tasks.append((root, tuple(group)))
+    return tasks
 
 
 def wikipedia_tasks(cfg: WikipediaConfig) -> list:
