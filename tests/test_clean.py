@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from corpusforge.corpora import clean
 from corpusforge.corpora.books import read_books
-from corpusforge.corpora.clean import _FTFY, dedup_key, fix_text, normalize_text, word_count
+from corpusforge.corpora.clean import _FTFY, dedup_key, fix_text, laid_out_word_count, normalize_text, word_count
 from corpusforge.corpora.document import Document
 from corpusforge.corpora.language import detect_language, sample_text
 
@@ -44,11 +44,15 @@ def test_normalize_is_idempotent_and_well_formed(text: str) -> None:
     assert once == once.strip()
     assert "\n\n\n" not in once and "\r" not in once and "  " not in once
     assert all(p.strip() == p and p for p in once.split("\n\n")) if once else True
+    assert laid_out_word_count(once) == word_count(once)
+    assert laid_out_word_count(normalize_text(text, fix_unicode=False)) == word_count(normalize_text(text, fix_unicode=False))
 
 
 def test_word_count() -> None:
     assert word_count("") == 0
     assert word_count("One two\n\nthree  four-five.") == 4
+    assert laid_out_word_count(normalize_text(" One two\n\n\nthree \x1c four-five.\n")) == 4
+    assert laid_out_word_count("") == 0
 
 
 def test_dedup_key_ignores_case_spacing_punctuation_and_compatibility_forms() -> None:
@@ -80,6 +84,7 @@ def test_dedup_key_word_table_is_the_regex_word_class_at_every_code_point() -> N
 @example("  ,;  ")
 @example("a\ud800b c\udfff")  # lone surrogates: not letters, erased like punctuation
 @example("Straße ﬁne Ⅻ ½ x²_y\u00a0z\u3000中文 ١٢٣")
+@example("e\n\u0301 \u1100\n\u1161 a\u0328\n\u0301…\n")  # marks and jamo after a line break: NFKC line by line
 def test_dedup_key_equals_the_regex_definition(text: str) -> None:
     assert dedup_key(text) == _regex_dedup_key(text)
 
