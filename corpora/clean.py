@@ -71,17 +71,26 @@ def fix_text(text: str, config: ftfy.TextFixerConfig = _FTFY) -> str:
 
     ftfy runs a dozen fixers over each line at least twice (until a pass changes nothing), though nearly
     every line of real text is one none of them changes (``_TOUCHED``); this is ftfy's own loop, with
-    those lines passed over. ftfy's
+    those lines passed over. Whether a line is mojibake (``is_bad``) is asked only of lines holding one of
+    its anchors, found once for the whole text (a line of prose with curly quotes holds none). ftfy's
     ``"auto"`` HTML rule (no unescaping once a line has held "<") is kept, line by line, as it applies it.
     """
     out = []
+    anchors = _anchor_positions(text).tolist() if _BADNESS_WIDTH is not None else None  # where mojibake can be
+    passed = 0  # anchors before this line
     position = 0
     while position < len(text):
         end = min(text.find("\n", position) + 1 or len(text), position + config.max_decode_length)
         line = text[position:end]
         if config.unescape_html == "auto" and "<" in line:
             config = config._replace(unescape_html=False)
-        untouched = _TOUCHED.search(line) is None and (line.isascii() or unicodedata.is_normalized("NFC", line) and not is_bad(line))
+        if anchors is not None:
+            while passed < len(anchors) and anchors[passed] < position:
+                passed += 1
+        may_be_bad = anchors is None or passed < len(anchors) and anchors[passed] < end
+        untouched = _TOUCHED.search(line) is None and (
+            line.isascii() or unicodedata.is_normalized("NFC", line) and not (may_be_bad and is_bad(line))
+        )
         out.append(line if untouched else ftfy.fix_and_explain(line, config).text)
         position = end
     return "".join(out)
@@ -96,25 +105,58 @@ def _may_change_again(text: str) -> bool:
 
 
 def is_bad(text: str) -> bool:
-    """``ftfy.badness.is_bad``, searching only near non-ASCII characters.
+    """``ftfy.badness.is_bad``, searching only near its anchors (``_badness_anchors``).
 
-    Each of the 37 alternatives of ftfy's pattern needs a non-ASCII character and spans at most 7
+    Each of the alternatives of ftfy's pattern needs a character that is no ASCII one and spans at most 7
     characters (``_badness_width`` checks this on the installed ftfy's pattern, else the full search
-    runs), so a match lies within that distance of one. A search of a whole book cost as much as
-    repairing it; this is a tenth of that.
+    runs), so a match lies within that distance of one of its anchors. A search of a whole book cost as
+    much as repairing it; near every non-ASCII character, a tenth of that; near anchors only, where a
+    book's curly quotes and dashes are none, less again.
     """
     if _BADNESS_WIDTH is None:
         return ftfy.badness.is_bad(text)
-    points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    wide = np.flatnonzero(points >= 128)
-    if not len(wide):
+    anchors = _anchor_positions(text)
+    if not len(anchors):
         return False
-    starts = np.maximum(wide - _BADNESS_WIDTH, 0)
-    ends = wide + _BADNESS_WIDTH + 1
+    starts = np.maximum(anchors - _BADNESS_WIDTH, 0)
+    ends = anchors + _BADNESS_WIDTH + 1
     new_window = np.concatenate([[True], starts[1:] > ends[:-1]])
     first, last = starts[new_window], np.maximum.reduceat(ends, np.flatnonzero(new_window))
     search = ftfy.badness.BADNESS_RE.search
     return any(search(text, int(start), int(end)) for start, end in zip(first, last))
+
+
+def _anchor_positions(text: str) -> np.ndarray:
+    """The positions of ``text``'s characters that ``_badness_anchors`` marks (sorted)."""
+    if text.isascii():
+        return np.empty(0, dtype=np.intp)
+    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    return np.flatnonzero(_badness_anchors()[np.minimum(points, 0x10000)])
+
+
+# Characters of clean typeset text, punctuation first: where an alternative of ftfy's pattern lets us, its
+# anchor is not one of them (a line of English prose with curly quotes and dashes holds no anchor).
+_TYPESET = ("‘’“”«»—–…·•", "éèàçñüöäß")
+
+
+@cache
+def _badness_anchors() -> np.ndarray:
+    """Per code point up to U+FFFF, and one entry true for all above: whether a match of ftfy's pattern can
+    be found around it. Every alternative has required atoms that match no ASCII character; its anchor is
+    the one of them matching the fewest ``_TYPESET`` characters (then the fewest below U+3000), so every
+    match holds an anchor and a line of plain prose with curly quotes and dashes holds none. Built once per
+    process (~0.1 s), from the installed ftfy's pattern as ``_badness_width`` reads it."""
+    pattern = ftfy.badness.BADNESS_RE
+    flags = pattern.flags & ~re.VERBOSE
+    branches = _alternatives(pattern.pattern, verbose=bool(pattern.flags & re.VERBOSE)) or []
+    every = "".join(map(chr, range(0x10000)))
+    table = np.zeros(0x10001, dtype=bool)
+    table[0x10000] = True
+    for branch in branches:
+        required = [re.compile(atom, flags) for atom, optional in branch if not optional and _matches_no_ascii(atom, flags)]
+        anchor = min(required, key=lambda m: (*(sum(map(bool, map(m.fullmatch, chars))) for chars in _TYPESET), len(m.findall(every, 128, 0x3000))))
+        table[[found.start() for found in anchor.finditer(every)]] = True
+    return table
 
 
 def _layout(text: str) -> str:

@@ -240,6 +240,9 @@ def test_each_kind_of_line_kept_for_ftfy_is_one_it_changes() -> None:
                 "\uff21",
                 "e\u0301",
                 "中文",
+                "’s —",
+                "½",
+                "Â ",
             ]
         ),
         max_size=40,
