@@ -154,7 +154,9 @@ def _badness_anchors() -> np.ndarray:
     table[0x10000] = True
     for branch in branches:
         required = [re.compile(atom, flags) for atom, optional in branch if not optional and _matches_no_ascii(atom, flags)]
-        anchor = min(required, key=lambda m: (*(sum(map(bool, map(m.fullmatch, chars))) for chars in _TYPESET), len(m.findall(every, 128, 0x3000))))
+        anchor = min(
+            required, key=lambda m: (*(sum(map(bool, map(m.fullmatch, chars))) for chars in _TYPESET), len(m.findall(every, 128, 0x3000)))
+        )
         table[[found.start() for found in anchor.finditer(every)]] = True
     return table
 
