@@ -131,7 +131,7 @@ def _copy_sorted(paths: Sequence[str], first: int, rows: int, schema: pa.Schema,
     scattered straight to their places, so a bucket costs its keys plus one spill file.
     """
     with storage.local_copies(paths) as local:  # read twice below: from a store, downloaded once
-        keys = np.concatenate([_open_spill(path, schema).column(KEY).to_numpy() for path in local])
+        keys = np.concatenate([_spill_keys(path) for path in local])
         if len(keys) < first + rows:
             raise ValueError(f"{storage.parent(paths[0])}: {len(keys)} examples in the spill files, the cut needs {first + rows}")
         destination = np.empty(len(keys), dtype=np.int64)
@@ -158,10 +158,19 @@ def _open_spill(path: str, schema: pa.Schema | None = None) -> pa.RecordBatch:
     return batches[0]
 
 
-def _read_spill(path: str) -> list[pa.RecordBatch]:
+def _spill_keys(path: str) -> np.ndarray:
+    """A spill file's sort keys alone: only the key column's buffers are read and decompressed (the rows
+    are read once, after the keys are sorted)."""
+    batches = _read_spill(path, pa.ipc.IpcReadOptions(included_fields=[0]))
+    if len(batches) != 1 or batches[0].schema.names != [KEY]:
+        raise ValueError(f"{path}: expected one record batch whose first column is {KEY!r}")
+    return batches[0].column(0).to_numpy()
+
+
+def _read_spill(path: str, options: pa.ipc.IpcReadOptions | None = None) -> list[pa.RecordBatch]:
     """A spill file's record batches (decompressed), or a one-line error."""
     try:
-        return list(pa.ipc.open_stream(storage.arrow_input(path)))
+        return list(pa.ipc.open_stream(storage.arrow_input(path), options=options))
     except (OSError, pa.ArrowException) as error:
         raise ValueError(f"{path}: unreadable spill file ({error})") from error
 
