@@ -394,7 +394,8 @@ def test_a_local_path_in_the_configuration_is_caught(cloud_inputs, tmp_path):
     cfg.books.paths = [str(books)]
     found = local_paths(documents_request(cfg), tmp_path)
     assert found and all(path.startswith(str(tmp_path)) for _, path in found)
-    assert any("serialized_values" in where and path.startswith(str(books / "salt_and_iron.txt")) for where, path in found)
+    # a task is (root, its files), pickled: a match may run on from the root through the files' names
+    assert any("serialized_values" in where and str(books / "salt_and_iron.txt") in path for where, path in found)
     assert any(
         where.endswith("<unpickled>[0].__dict__['spill_dir']") and path == str(work / "documents" / "spill") for where, path in found
     )
