@@ -145,7 +145,7 @@ def _badness_anchors() -> np.ndarray:
     be found around it. Every alternative has required atoms that match no ASCII character; its anchor is
     the one of them matching the fewest ``_TYPESET`` characters (then the fewest below U+3000), so every
     match holds an anchor and a line of plain prose with curly quotes and dashes holds none. Built once per
-    process (~0.1 s), from the installed ftfy's pattern as ``_badness_width`` reads it."""
+    process (~0.03 s), from the installed ftfy's pattern as ``_badness_width`` reads it."""
     pattern = ftfy.badness.BADNESS_RE
     flags = pattern.flags & ~re.VERBOSE
     branches = _alternatives(pattern.pattern, verbose=bool(pattern.flags & re.VERBOSE)) or []
