@@ -168,7 +168,8 @@ def _layout(text: str) -> str:
 
 
 def word_count(text: str) -> int:
-    """Whitespace-separated words, the unit of the ``min_words`` filter."""
+    """Whitespace-separated words, the unit of the ``min_words`` filter: the definition, for any text; the
+    filter itself counts cleaned text with ``laid_out_word_count``, which equals it there."""
     return len(text.split())
 
 
