@@ -188,3 +188,14 @@ def test_word_cache_starting_over_changes_nothing(bert_tokenizer, monkeypatch):
     docs = [["The cat sat on the mat.", "Then it left!"], ["A dog’s day", "", "ends, quietly."]]
     for _ in range(3):  # every call after the first finds a full cache and starts over
         assert_same(encoder, bert_tokenizer, docs)
+
+
+def test_every_character_str_split_cuts_at_is_cut_at_by_the_arrow_path():
+    """The fast path cuts with Arrow at ASCII whitespace after turning the other spaces into " ": together
+    they must be exactly ``str.isspace`` over all of Unicode, or a chunk would hold a word boundary."""
+    import sys
+
+    spaces = {chr(code) for code in range(sys.maxunicode + 1) if chr(code).isspace()}
+    covered = set(sentence_tokens.ARROW_SPACES) | {c for c in spaces if sentence_tokens._OTHER_SPACES.fullmatch(c)}
+    assert covered == spaces
+    assert not any(sentence_tokens._OTHER_SPACES.fullmatch(chr(code)) for code in range(sys.maxunicode + 1) if not chr(code).isspace())
