@@ -101,8 +101,21 @@ def read_book(path: storage.PathLike, root: storage.PathLike) -> Document | Reje
 
 def unwrap_paragraphs(text: str) -> str:
     """Join hard-wrapped lines into paragraphs; paragraphs separated by exactly one blank line."""
-    paragraphs = (" ".join(block.split()) for block in _PARAGRAPH_BREAK.split(text))
+    paragraphs = (_collapse_spaces(block) for block in _PARAGRAPH_BREAK.split(text))
     return "\n\n".join(p for p in paragraphs if p)
+
+
+def _collapse_spaces(block: str) -> str:
+    """``" ".join(block.split())``: runs of whitespace as one space, none at the ends.
+
+    A hard-wrapped block of prose has no whitespace but single spaces and line breaks: with the breaks
+    made spaces, ``isprintable`` (false for every whitespace character but " ") and no double space
+    prove the join would change nothing but the ends, and the word list is never built (half the cost).
+    """
+    flat = block.replace("\n", " ")
+    if "  " not in flat and flat.isprintable():
+        return flat.strip(" ")
+    return " ".join(block.split())
 
 
 def _epub_text(data: bytes) -> tuple[str | None, str]:

@@ -116,6 +116,27 @@ def test_unwrapping_joins_lines_and_keeps_paragraphs() -> None:
     assert unwrap_paragraphs(wrapped) == "The first paragraph is wrapped over three lines.\n\nThe second one is indented.\n\nThird."
 
 
+# Every kind of character the shortcut's proof turns on: spaces, line breaks, the other whitespace str.split
+# cuts at (tab, NBSP, separators, \x1c), non-printable non-space characters, and plain letters.
+BLOCK_CHARS = list("ab .,") + ["\n", "\t", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\xa0", "\u2003", "\u2028", "\u3000", "\x00", "\u200b", "é"]
+
+
+@given(st.lists(st.sampled_from(BLOCK_CHARS), max_size=40).map("".join))
+@settings(max_examples=500, deadline=None)
+def test_unwrapping_collapses_whitespace_exactly_as_split_and_join(text: str) -> None:
+    from corpusforge.corpora.books import _PARAGRAPH_BREAK
+
+    want = "\n\n".join(p for p in (" ".join(block.split()) for block in _PARAGRAPH_BREAK.split(text)) if p)
+    assert unwrap_paragraphs(text) == want
+
+
+def test_no_whitespace_but_the_space_is_printable() -> None:
+    """What the unwrapping shortcut's proof rests on, over all of Unicode."""
+    import sys
+
+    assert [c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace() and c.isprintable()] == [" "]
+
+
 @pytest.mark.parametrize(
     "encode",
     [
