@@ -118,7 +118,22 @@ def test_unwrapping_joins_lines_and_keeps_paragraphs() -> None:
 
 # Every kind of character the shortcut's proof turns on: spaces, line breaks, the other whitespace str.split
 # cuts at (tab, NBSP, separators, \x1c), non-printable non-space characters, and plain letters.
-BLOCK_CHARS = list("ab .,") + ["\n", "\t", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\xa0", "\u2003", "\u2028", "\u3000", "\x00", "\u200b", "é"]
+BLOCK_CHARS = list("ab .,") + [
+    "\n",
+    "\t",
+    "\r",
+    "\x0b",
+    "\x0c",
+    "\x1c",
+    "\x85",
+    "\xa0",
+    "\u2003",
+    "\u2028",
+    "\u3000",
+    "\x00",
+    "\u200b",
+    "é",
+]
 
 
 @given(st.lists(st.sampled_from(BLOCK_CHARS), max_size=40).map("".join))
