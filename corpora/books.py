@@ -21,6 +21,7 @@ from ebooklib import ITEM_DOCUMENT, epub
 from tqdm import tqdm
 
 from corpusforge.core import storage
+from corpusforge.corpora.clean import collapse_spaces
 from corpusforge.corpora.decode import BinaryContentError, decode_bytes
 from corpusforge.corpora.document import Document, Reject, count_input, make_id
 from corpusforge.corpora.gutenberg import gutenberg_title, strip_gutenberg
@@ -101,21 +102,8 @@ def read_book(path: storage.PathLike, root: storage.PathLike) -> Document | Reje
 
 def unwrap_paragraphs(text: str) -> str:
     """Join hard-wrapped lines into paragraphs; paragraphs separated by exactly one blank line."""
-    paragraphs = (_collapse_spaces(block) for block in _PARAGRAPH_BREAK.split(text))
+    paragraphs = (collapse_spaces(block) for block in _PARAGRAPH_BREAK.split(text))
     return "\n\n".join(p for p in paragraphs if p)
-
-
-def _collapse_spaces(block: str) -> str:
-    """``" ".join(block.split())``: runs of whitespace as one space, none at the ends.
-
-    A hard-wrapped block of prose has no whitespace but single spaces and line breaks: with the breaks
-    made spaces, ``isprintable`` (false for every whitespace character but " ") and no double space
-    prove the join would change nothing but the ends, and the word list is never built (half the cost).
-    """
-    flat = block.replace("\n", " ")
-    if "  " not in flat and flat.isprintable():
-        return flat.strip(" ")
-    return " ".join(block.split())
 
 
 def _epub_text(data: bytes) -> tuple[str | None, str]:
