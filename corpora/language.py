@@ -20,7 +20,10 @@ import numpy as np
 from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
 WINDOWS = 5
-WINDOW_CHARS = 1_000
+# 2,000 characters judged: a 4 KB article on half of itself (it was whole at 1,000 a window, the largest cost of
+# the documents job there). bench/language_sample.py: 2 of 1,081 shared documents (two multilingual web pages)
+# get another verdict than on their whole text; none of the articles or books.
+WINDOW_CHARS = 400
 _POSITION_BITS = 24  # texts up to 16 MB; longer ones take py3langid's own walk
 _POSITION_MASK = (1 << _POSITION_BITS) - 1
 _FEATURE_MASK = (1 << 17) - 1  # feature ids: the model has 100,053 (``visits_many`` packs them in 17 bits)

@@ -146,6 +146,24 @@ def test_sample_text_is_bounded_and_spread_over_the_text() -> None:
     assert sample_text("short text") == "short text"
 
 
+def test_the_default_sample_judges_articles_and_books_as_their_whole_text_does(shared_data: Path) -> None:
+    """The sample is a recipe choice (bench/language_sample.py counts its disagreements on every shared corpus):
+    on English articles and English and French books it must give the whole text's verdict, and a 4 KB
+    article must be judged on half of itself or less (what makes the choice worth having)."""
+    from corpusforge.corpora.language import _identifier
+    from corpusforge.corpora.wikipedia import plan_ranges, read_range
+
+    dump = shared_data / "wikipedia" / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+    texts = [d.text for r in plan_ranges(dump) for d in read_range(r) if isinstance(d, Document)]
+    texts += [d.text for d in read_books(shared_data / "books") if isinstance(d, Document)]
+    texts = [normalize_text(t) for t in texts]
+    whole = [code for code, _ in _identifier().classify_many(texts)]
+    assert {"en", "fr"} <= set(whole)
+    assert [detect_language(t)[0] for t in texts] == whole
+    article = " ".join(texts[0].split()[:700])[:4000]
+    assert len(article) == 4000 and len(sample_text(article)) <= 2000
+
+
 def test_entities_exposed_by_a_repair_are_repaired_but_ampersands_alone_need_no_second_pass(monkeypatch) -> None:
     assert normalize_text("Fish &amp;amp; chips") == "Fish & chips"  # the second layer shows only after the first
     calls = []
