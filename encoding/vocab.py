@@ -34,6 +34,7 @@ from corpusforge.core.config import VocabConfig
 from corpusforge.core.hashing import stable_hash
 from corpusforge.corpora.document_files import iter_rows, text_bytes
 from corpusforge.encoding.sentence_tokens import lowers_alike
+from corpusforge.encoding.word_counts import FEED_PRE_TOKENIZER, count_words, repeated_words
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +61,9 @@ def train_wordpiece(
     so the same texts gave different vocabularies (ids and even tokens). Fixing the alphabet and
     the "##" ids before training (``_fixed_alphabet``) makes the files byte-identical every run.
 
-    The trainer gets the texts already normalized (``_PreNormalizer``) and no normalizer: BertNormalizer
-    builds an alignment per byte, over 40% of the trainer's time, for offsets that training never reads.
+    The words are counted from the texts already normalized (``_PreNormalizer``): BertNormalizer builds
+    an alignment per byte, over 40% of the trainer's time, for offsets that training never reads; the
+    trainer then gets the counted words (``word_counts``).
     """
     if isinstance(texts, Iterator):
         texts = list(texts)
@@ -69,8 +71,10 @@ def train_wordpiece(
     chars = _CharTable(tokenizer)
     alphabet, continuations = _fixed_alphabet(texts, chars, WORDPIECE_ALPHABET)
     normalize = _PreNormalizer(tokenizer, chars.forms, lowercase)
+    counts = count_words(map(normalize, texts), tokenizer.pre_tokenizer)
     tokenizer.normalizer = None  # the files get it back below
-    tokenizer.train_from_iterator(map(normalize, texts), _wordpiece_trainer(vocab_size, min_frequency, alphabet, continuations))
+    tokenizer.pre_tokenizer = FEED_PRE_TOKENIZER
+    tokenizer.train_from_iterator(repeated_words(counts), _wordpiece_trainer(vocab_size, min_frequency, alphabet, continuations))
     vocab = tokenizer.get_vocab(with_added_tokens=False)
     tokenizer = _wordpiece_tokenizer(vocab, lowercase)  # the "##" entries must not stay added special tokens
     out_dir = os.fspath(out_dir)
@@ -247,7 +251,7 @@ def _chunks(texts: Iterable[str], size: int) -> Iterator[str]:
 def train_bpe(texts: Iterable[str], out_dir: storage.PathLike, vocab_size: int = 50257, min_frequency: int = 2) -> str:
     """Train a GPT-2 byte-level BPE; writes vocab.json, merges.txt and tokenizer.json into ``out_dir``."""
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.pre_tokenizer = FEED_PRE_TOKENIZER  # fed the counted words (``word_counts``); GPT-2's below
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
@@ -256,7 +260,9 @@ def train_bpe(texts: Iterable[str], out_dir: storage.PathLike, vocab_size: int =
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,  # the build shows its own progress; the trainer's bar would garble it
     )
-    tokenizer.train_from_iterator(texts, trainer)
+    counts = count_words(texts, pre_tokenizers.ByteLevel(add_prefix_space=False))
+    tokenizer.train_from_iterator(repeated_words(counts), trainer)
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.add_special_tokens([EOT])
     out_dir = os.fspath(out_dir)
     vocab = dict(sorted(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda item: item[1]))
