@@ -43,7 +43,7 @@ EOT = "<|endoftext|>"
 WORDPIECE_ALPHABET = 1000  # as HF's BertWordPieceTokenizer: rarer characters stay [UNK]
 ALPHABET_CHUNK_CHARS = 4_000_000  # text counted at a time when fixing the alphabet
 CODE_POINTS = 0x110000
-PIECE_CHARS = 65_536  # text handed to the trainers at a time
+PIECE_CHARS = 65_536  # text counted for the trainers at a time (paragraph_pieces)
 FERTILITY_SAMPLE_BYTES = 2_000_000  # text tokenized per vocabulary for its tokens per word
 FERTILITY_BATCH = 256  # paragraphs encoded at once
 SAMPLE_ROWS = 16  # documents decoded into Python at a time for that sample
@@ -384,8 +384,8 @@ def _paragraph_sample(doc_paths: list[storage.PathLike], budget: int) -> list[st
 def paragraph_pieces(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
     """``text`` in pieces of at least ``size`` characters, cut between the two newlines of a paragraph break.
 
-    HF's ``train_from_iterator`` buffers 256 items, and 256 one-MB books held ~250 MB in the trainer.
-    A cut between "\\n" and "\\n" with a non-space on either side leaves every pre-token as it was
+    What is counted at a time stays small: the word counting batches texts by their size, but one that
+    must be pre-tokenized whole (``word_counts``) would be a whole book's word list. A cut between "\\n" and "\\n" with a non-space on either side leaves every pre-token as it was
     (WordPiece drops whitespace; GPT-2's pattern then yields "\\n", "\\n" either way), so the counts,
     and the vocabularies, are those of the whole texts.
     """
