@@ -87,8 +87,9 @@ def repeated_words(counts: pa.Table) -> Iterator[str]:
 
 def _unit_counts(texts: list[str]) -> tuple[pa.Array, pa.Array]:
     """Distinct units of ``texts`` (none spans two texts) and how often each occurs, cut on the UTF-8 bytes."""
-    data = "".join(texts).encode("utf-8")
-    lengths = np.fromiter((len(text.encode("utf-8")) for text in texts), dtype=np.int64, count=len(texts))
+    encoded = [text.encode("utf-8") for text in texts]
+    data = b"".join(encoded)
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
     starts = np.cumsum(lengths) - lengths
     space = _ASCII_SPACE[np.frombuffer(data, dtype=np.uint8)]
     first = np.zeros(len(data), dtype=bool)
