@@ -114,19 +114,21 @@ def _words_of(units: list[str], counts: list[int], pre_tokenizer: pre_tokenizers
 
 
 class _Sums:
-    """(key, count) rows summed by key with Arrow, summed again whenever ``COMPACT_ROWS`` are held."""
+    """(key, count) rows summed by key with Arrow, summed again once ``COMPACT_ROWS`` are held and twice what the last
+    sum left: with more distinct keys than that, each sum would otherwise re-group them all at every addition."""
 
     def __init__(self, key: str) -> None:
         self._key = key
         self._parts: list[pa.Table] = []
         self._rows = 0
+        self._summed = 0  # rows the last sum left
 
     def add(self, keys: pa.Array, counts: pa.Array) -> None:
         self._parts.append(pa.table({self._key: keys.cast(pa.large_string()), "count": counts.cast(pa.int64())}))
         self._rows += len(keys)
-        if self._rows >= COMPACT_ROWS:
+        if self._rows >= max(COMPACT_ROWS, 2 * self._summed):
             self._parts = [self.table()]
-            self._rows = len(self._parts[0])
+            self._rows = self._summed = len(self._parts[0])
 
     def table(self) -> pa.Table:
         """One row per key, its counts summed."""

@@ -6,6 +6,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -58,6 +59,21 @@ def test_other_spaces_are_exactly_the_characters_beyond_ascii_gpt2s_pattern_take
     assert {char for char in spaces if ord(char) >= 0x80} == {char for char in spaces if OTHER_SPACES.match(char)}
     assert {ord(char) for char in spaces if ord(char) < 0x80} == {0x09, 0x0A, 0x0B, 0x0C, 0x0D}  # the units' cut bytes, less " "
     assert all(word_counts._ASCII_SPACE[[0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20]]) and word_counts._ASCII_SPACE.sum() == 6
+
+
+def test_sums_of_many_distinct_keys_are_regrouped_a_logarithmic_number_of_times(monkeypatch):
+    """More distinct keys than the threshold: a sum at every addition would re-group all of them each time."""
+    groupings = []
+    concat = pa.concat_tables
+    monkeypatch.setattr(pa, "concat_tables", lambda tables: groupings.append(len(tables)) or concat(tables))
+    monkeypatch.setattr(word_counts, "COMPACT_ROWS", 10)
+    sums = word_counts._Sums("word")
+    for start in range(0, 3000, 3):
+        sums.add(pa.array([f"w{start}", f"w{start + 1}", f"w{start + 2}", "common"]), pa.array([1, 1, 1, 2]))
+    table = sums.table()
+    assert len(groupings) <= 12
+    counts = dict(zip(table.column("word").to_pylist(), table.column("count").to_pylist()))
+    assert len(counts) == 3001 and counts["common"] == 2000 and counts["w2999"] == 1
 
 
 def test_repeated_words_give_every_word_its_count_in_bounded_pieces():
