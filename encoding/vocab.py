@@ -260,9 +260,9 @@ def train_bpe(texts: Iterable[str], out_dir: storage.PathLike, vocab_size: int =
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,  # the build shows its own progress; the trainer's bar would garble it
     )
-    counts = count_words(texts, pre_tokenizers.ByteLevel(add_prefix_space=False))
-    tokenizer.train_from_iterator(repeated_words(counts), trainer)
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    gpt2 = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.train_from_iterator(repeated_words(count_words(texts, gpt2)), trainer)
+    tokenizer.pre_tokenizer = gpt2
     tokenizer.add_special_tokens([EOT])
     out_dir = os.fspath(out_dir)
     vocab = dict(sorted(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda item: item[1]))
@@ -385,9 +385,10 @@ def paragraph_pieces(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
     """``text`` in pieces of at least ``size`` characters, cut between the two newlines of a paragraph break.
 
     What is counted at a time stays small: the word counting batches texts by their size, but one that
-    must be pre-tokenized whole (``word_counts``) would be a whole book's word list. A cut between "\\n" and "\\n" with a non-space on either side leaves every pre-token as it was
-    (WordPiece drops whitespace; GPT-2's pattern then yields "\\n", "\\n" either way), so the counts,
-    and the vocabularies, are those of the whole texts.
+    must be pre-tokenized whole (``word_counts``) would be a whole book's word list. A cut between
+    "\\n" and "\\n" with a non-space on either side leaves every pre-token as it was (WordPiece drops
+    whitespace; GPT-2's pattern then yields "\\n", "\\n" either way), so the counts, and the
+    vocabularies, are those of the whole texts.
     """
     start = 0
     while len(text) - start > size:

@@ -27,6 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tokenizers import pre_tokenizers
 
+from corpusforge.encoding.sentence_tokens import ARROW_SPACES
+
 BATCH_CHARS = 1_000_000  # text cut into units at a time (its numpy temporaries stay a few MB)
 COMPACT_ROWS = 500_000  # (unit or word, count) rows held before they are summed up again
 WORDS_PER_CALL = 4_096  # distinct units pre-tokenized between two additions of their words
@@ -35,8 +37,9 @@ SEPARATOR = "\n"
 FEED_PRE_TOKENIZER = pre_tokenizers.CharDelimiterSplit(SEPARATOR)
 
 _ASCII_SPACE = np.zeros(256, dtype=bool)
-_ASCII_SPACE[[0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20]] = True  # the bytes that are whitespace to every pre-tokenizer
-# Unicode White_Space beyond ASCII: where a text holds one, units would not be GPT-2's (see the module's note)
+_ASCII_SPACE[list(ARROW_SPACES.encode("ascii"))] = True  # the bytes that are whitespace to every pre-tokenizer
+# Unicode White_Space beyond ASCII: where a text holds one, units would not be GPT-2's (see the module's note).
+# Not ``sentence_tokens._OTHER_SPACES``, which is what ``str.split`` cuts at (\x1c-\x1f too, no pre-tokenizer does).
 OTHER_SPACES = re.compile("[\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 
 
