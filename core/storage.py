@@ -152,6 +152,20 @@ def read_bytes(path: PathLike) -> bytes:
         return handle.read()
 
 
+def read_range(path: PathLike, start: int, size: int) -> bytes:
+    """``size`` bytes of a file from byte ``start``: one ranged request on a store."""
+    if is_local(path):
+        with open(_local(path), "rb") as handle:
+            handle.seek(start)
+            data = handle.read(size)
+    else:
+        fs, inner = filesystem(path)
+        data = fs.cat_file(inner, start=start, end=start + size)
+    if len(data) != size:
+        raise OSError(f"{path}: {len(data)} bytes at {start}, expected {size}")
+    return data
+
+
 def read_text(path: PathLike) -> str:
     return read_bytes(path).decode("utf-8")
 

@@ -3,8 +3,9 @@
 Beam's in-process runners (the default ``multi_processing`` mode included) route every shuffled
 element through the launching process and hold it there decoded until the consuming stage runs, so
 the launcher grew by kilobytes per document: fine for books, gigabytes for Wikipedia's millions of
-articles. Here the producing workers write their (key, value) pairs into one file per bucket and only
-the files' names go through the runner; a worker then groups one bucket (a 64th of the elements) at a
+articles. Here the producing workers write their (key, value) pairs into files, a pickle per bucket one after
+another in each, and only where each bucket's pieces lie (file, offset, size) goes through the runner; a worker
+then groups one bucket (a 64th of the elements), reading its pieces by range, one at a
 time, in several passes when that is more than ``GROUP_BYTES``. Grouping semantics are Beam's: each key once, with all its values, in no promised order.
 
 The folder is any storage path (``corpusforge.core.storage``) every worker can reach, as the spill
@@ -56,8 +57,8 @@ def _key_hash(key: Any) -> int:
 
 
 class _WriteBuckets(beam.DoFn):
-    """(key, value) pairs -> (bucket, file) for each file written: one pickle per bucket per flush, a flush
-    every ``flush_elements`` pairs or ``FLUSH_BYTES`` of them, whichever comes first."""
+    """(key, value) pairs -> (bucket, (file, offset, size)) for each bucket of each file written: a file per flush,
+    a flush every ``flush_elements`` pairs or ``FLUSH_BYTES`` of them, whichever comes first."""
 
     def __init__(self, folder: str, buckets: int, flush_elements: int | None = None) -> None:
         self.folder, self.buckets, self.flush_elements = folder, buckets, flush_elements
@@ -68,7 +69,7 @@ class _WriteBuckets(beam.DoFn):
         self._pending: defaultdict[int, list] = defaultdict(list)
         self._count = 0
 
-    def process(self, pair: tuple[Any, Any]) -> Iterator[tuple[int, tuple[str, int]]]:
+    def process(self, pair: tuple[Any, Any]) -> Iterator[tuple[int, tuple[str, int, int]]]:
         self._pending[bucket_of(pair[0], self.buckets)].append(pair)
         self._count += 1
         if self._measured[1] < SAMPLE:
@@ -90,30 +91,35 @@ class _WriteBuckets(beam.DoFn):
         for written in self._flush():
             yield WindowedValue(written, MIN_TIMESTAMP, [GlobalWindow()])
 
-    def _flush(self) -> list[tuple[int, tuple[str, int]]]:
-        written = []
-        for bucket, pairs in sorted(self._pending.items()):
-            path = storage.join(self.folder, f"{bucket:05d}", f"{uuid.uuid4().hex}.pickle")
-            # atomic: a bundle that is retried writes new files; only committed names are read
-            data = pickle.dumps(pairs, protocol=pickle.HIGHEST_PROTOCOL)
-            storage.write_bytes(path, data)
-            self._measure(len(data), len(pairs))
-            written.append((bucket, (path, len(data))))
+    def _flush(self) -> list[tuple[int, tuple[str, int, int]]]:
+        """The held pairs as one file, a pickle per bucket one after another: (bucket, (file, offset, size)) each.
+        One file per flush, not per bucket: a 64th of the files to create (or objects to put on a store)."""
+        if not self._pending:
+            return []
+        path = storage.join(self.folder, f"{uuid.uuid4().hex}.pickle")
+        written, offset = [], 0
+        with storage.writing(path) as handle:  # atomic: a bundle that is retried writes a new file; only committed names are read
+            for bucket, pairs in sorted(self._pending.items()):
+                data = pickle.dumps(pairs, protocol=pickle.HIGHEST_PROTOCOL)
+                handle.write(data)
+                self._measure(len(data), len(pairs))
+                written.append((bucket, (path, offset, len(data))))
+                offset += len(data)
         self._pending.clear()
         self._count = 0
         return written
 
 
-def _group_bucket(item: tuple[int, list[tuple[str, int]]]) -> Iterator[tuple[Any, list]]:
-    """Every key of one bucket with all its values, read from the bucket's files: in one pass, or in one pass
+def _group_bucket(item: tuple[int, list[tuple[str, int, int]]]) -> Iterator[tuple[Any, list]]:
+    """Every key of one bucket with all its values, read from its pieces of the files: in one pass, or in one pass
     per ``GROUP_BYTES`` of them, each keeping a share of the keys, so a worker holds a bounded group."""
-    bucket, files = item
-    paths = sorted(path for path, _ in files)
-    passes = max(1, -(-sum(size for _, size in files) // GROUP_BYTES))
+    bucket, pieces = item
+    pieces = sorted(pieces)
+    passes = max(1, -(-sum(size for _, _, size in pieces) // GROUP_BYTES))
     for share in range(passes):
         groups: defaultdict[Any, list] = defaultdict(list)
-        for path in paths:
-            for key, value in pickle.loads(storage.read_bytes(path)):
+        for path, offset, size in pieces:
+            for key, value in pickle.loads(storage.read_range(path, offset, size)):
                 if passes == 1 or _key_hash(key) // BUCKETS % passes == share:
                     groups[key].append(value)
         yield from groups.items()

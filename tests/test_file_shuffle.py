@@ -39,7 +39,8 @@ def test_file_group_by_key_groups_like_beam(tmp_path: Path, monkeypatch) -> None
 
     _run(graph)
     files = list((tmp_path / "shuffle").rglob("*.pickle"))
-    assert len(files) > 8 and {f.parent.name for f in files} <= {f"{b:05d}" for b in range(8)}
+    assert len(PAIRS) // 50 <= len(files) <= len(PAIRS) // 50 + 2  # a file per flush (of 50 pairs), not per bucket
+    assert all(f.parent.parent == tmp_path / "shuffle" for f in files)
 
 
 def test_file_co_group_by_key_groups_like_beam(tmp_path: Path) -> None:
@@ -87,4 +88,4 @@ def test_flushes_by_bytes_and_groups_big_buckets_in_passes(tmp_path: Path, monke
         assert_that(ours, equal_to([_sorted_groups(item) for item in expected.items()]))
 
     _run(graph)
-    assert len(list((tmp_path / "shuffle").rglob("*.pickle"))) > 10
+    assert len(list((tmp_path / "shuffle").rglob("*.pickle"))) >= 5  # one file per flush: a single one by count alone

@@ -59,6 +59,16 @@ def test_read_chunks_gives_the_bytes_in_order_a_chunk_at_a_time(root: str) -> No
     assert [len(chunk) for chunk in chunks] == [4096, 4096, 2048] and b"".join(chunks) == data
 
 
+def test_read_range_gives_those_bytes_and_refuses_a_short_read(root: str) -> None:
+    path = storage.join(root, "pieces.bin")
+    data = bytes(range(256)) * 40
+    storage.write_bytes(path, data)
+    assert storage.read_range(path, 0, 5) == data[:5] and storage.read_range(path, 1000, 3000) == data[1000:4000]
+    assert storage.read_range(path, len(data) - 7, 7) == data[-7:]
+    with pytest.raises(OSError, match="expected 20"):
+        storage.read_range(path, len(data) - 10, 20)  # a piece past the end: a truncated file, not a short pickle
+
+
 def test_a_failed_write_leaves_nothing(root: str) -> None:
     target = storage.join(root, "half.bin")
     with pytest.raises(RuntimeError):
