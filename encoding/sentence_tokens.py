@@ -94,7 +94,7 @@ class SentenceEncoder:
         self._safe: dict[str, bool] = {}
         self._clear_words()
         # the ASCII characters checked safe once here, so that a text's are deleted from its bytes before any set is made
-        self._safe_ascii = bytes(code for code in range(128) if self._raw is not None and self._is_safe(chr(code)))
+        self._safe_ascii = bytes(code for code in range(128) if self._is_safe(chr(code))) if self._raw is not None else b""
 
     def encode(self, docs: Sequence[Sequence[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
         if self._pretokens is not None:
