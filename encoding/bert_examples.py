@@ -24,9 +24,14 @@ Fixes to the reference, all deliberate:
 * The random replacement token is never a special or ``[unused]`` token.
 * Empty sentences are dropped at tokenization, so A and B always hold at least one real token.
 
-Every random choice comes from ``rng_for(seed, doc_id, dupe)``, so the output does not depend on
-runner, worker count or bundle order. The work is numpy over whole documents: one Python step per
-example for the packing decisions, then building, truncating and masking all examples at once.
+Every random choice of a (dupe, bucket) comes from one generator, ``rng_for(seed, "bucket", dupe,
+first document id)``, drawn in the order of the bucket's sorted documents: a bucket's documents are
+fixed by the stable hash above, so the output does not depend on runner, worker count or bundle
+order. (It was a generator per document and dupe until stop 45: seeding one and a few calls into
+it per document were half of the examples' CPU on 4 KB articles. The draws are the same
+distributions; which numbers are drawn changed, so the shards did too.) The work is numpy over
+whole buckets: one Python step per example for the packing decisions, then building, truncating
+and masking a batch of examples at once.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +52,8 @@ from corpusforge.encoding.sentence_tokens import SentenceEncoder
 # Examples built together: numpy over many short documents at once, while the [rows, max_seq_length]
 # temporaries of a bucket of long books stay a few MB.
 BUILD_ROWS = 4096
+# An example's spans, as ``_pack_document`` lays them out: A in document a_doc, B in b_doc (offsets into the bucket's tokens).
+SPANS = ("a_doc", "a_start", "a_len", "b_doc", "b_start", "b_len", "random_next")
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,18 +161,14 @@ def create_bucket_examples(
     bases = np.concatenate([[0], np.cumsum([len(d.tokens) for d in docs])]).tolist()
     offsets = [d.offsets.tolist() for d in docs]
     counters: Counter = Counter()
-    parts, packed, randoms, rows = [], [], [], 0
-    for index, doc in enumerate(docs):
-        rng = rng_for(seed, doc.id, dupe)
-        spans = _pack_document(index, offsets, bases, cfg, rng, counters)
-        if spans is not None:
-            packed.append(spans)
-            randoms.append((rng, len(spans["a_doc"])))
-            rows += len(spans["a_doc"])
-        if packed and (rows >= BUILD_ROWS or index == len(docs) - 1):
-            spans = {name: np.concatenate([p[name] for p in packed]) for name in packed[0]}
-            parts.append(_build_examples(spans, tokens, vocab, cfg, DocumentRandoms(randoms)))
-            packed, randoms, rows = [], [], 0
+    rng = rng_for(seed, "bucket", dupe, docs[0].id) if docs else None  # a bucket is named by its first document
+    parts: list[BertExamples] = []
+    rows: list[tuple[int, ...]] = []
+    for index in range(len(docs)):
+        _pack_document(index, offsets, bases, cfg, rng, rows, counters)
+        if rows and (len(rows) >= BUILD_ROWS or index == len(docs) - 1):
+            parts.append(_build_examples(_spans(rows), tokens, vocab, cfg, rng))
+            rows = []
     examples = BertExamples.concatenate(parts) if parts else _empty_examples(vocab, cfg)
     counters["examples"] += len(examples)
     counters["random_next"] += int(examples.next_sentence_label.sum())
@@ -173,9 +176,15 @@ def create_bucket_examples(
 
 
 def _pack_document(
-    index: int, offsets: list[list[int]], bases: list[int], cfg: BertConfig, rng: np.random.Generator, counters: Counter
-) -> dict[str, np.ndarray] | None:
-    """The reference's sentence-packing loop, returning token spans instead of token lists.
+    index: int,
+    offsets: list[list[int]],
+    bases: list[int],
+    cfg: BertConfig,
+    rng: np.random.Generator,
+    rows: list[tuple[int, ...]],
+    counters: Counter,
+) -> None:
+    """The reference's sentence-packing loop, appending token spans (``SPANS``) to ``rows`` instead of token lists.
 
     It is the one per-example Python loop, so it is kept lean: every chunk consumes at least one
     sentence and at most 6 uniforms, so all uniforms are drawn up front as one list.
@@ -186,7 +195,6 @@ def _pack_document(
     others = len(offsets) - 1
     u = rng.random(6 * n).tolist()
     k = 0  # next unused uniform
-    rows: list[tuple[int, int, int, int, int, int]] = []  # a_start, a_len, b_doc, b_start, b_len, random_next
     short = i = 0
     while i < n:
         target = max_num_tokens
@@ -213,25 +221,19 @@ def _pack_document(
             last = len(pcum) - 1
             start = int(u[k + 1] * last)
             end = bisect_left(pcum, pcum[start] + max(1, target - a_len), start + 1, last)
-            rows.append((a_start, a_len, partner, bases[partner] + pcum[start], pcum[end] - pcum[start], 1))
+            rows.append((index, a_start, a_len, partner, bases[partner] + pcum[start], pcum[end] - pcum[start], 1))
             i = a_end  # the reference puts the unused sentences of the chunk back
         else:
-            rows.append((a_start, a_len, index, base + cum[a_end], cum[j + 1] - cum[a_end], 0))
+            rows.append((index, a_start, a_len, index, base + cum[a_end], cum[j + 1] - cum[a_end], 0))
             i = j + 1
         k += 2
     counters["short_targets"] += short
-    if not rows:
-        return None
+
+
+def _spans(rows: list[tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """``_pack_document``'s rows as one int64 column per name of ``SPANS``."""
     table = np.asarray(rows, dtype=np.int64)
-    return {
-        "a_doc": np.full(len(rows), index, dtype=np.int64),
-        "a_start": table[:, 0],
-        "a_len": table[:, 1],
-        "b_doc": table[:, 2],
-        "b_start": table[:, 3],
-        "b_len": table[:, 4],
-        "random_next": table[:, 5],
-    }
+    return {name: table[:, column] for column, name in enumerate(SPANS)}
 
 
 def truncate_seq_pairs(a_len: np.ndarray, b_len: np.ndarray, max_num_tokens: int) -> tuple[np.ndarray, np.ndarray]:
@@ -249,36 +251,13 @@ def truncate_seq_pairs(a_len: np.ndarray, b_len: np.ndarray, max_num_tokens: int
     return cut_a, cut_b
 
 
-class DocumentRandoms:
-    """Each document's generator and its rows of a batch of examples.
-
-    A bucket's examples are built together (numpy over all of them, not a few dozen calls per short
-    document); every draw is still made from each document's own generator, for its own rows, in the
-    order the per-document code made them, so the output is the same bit for bit.
-    """
-
-    def __init__(self, generators: Sequence[tuple[np.random.Generator, int]]) -> None:
-        self.generators = generators
-
-    def each(self) -> Iterator[tuple[np.random.Generator, slice]]:
-        """Each document's generator and the slice of its rows."""
-        start = 0
-        for rng, rows in self.generators:
-            yield rng, slice(start, start + rows)
-            start += rows
-
-    def draw(self, take: Callable[[np.random.Generator, slice], np.ndarray]) -> np.ndarray:
-        """``take(generator, its rows)`` for every document, concatenated along the rows."""
-        return np.concatenate([take(rng, rows) for rng, rows in self.each()])
-
-
 def _build_examples(
-    spans: dict[str, np.ndarray], tokens: np.ndarray, vocab: MaskingVocab, cfg: BertConfig, randoms: DocumentRandoms
+    spans: dict[str, np.ndarray], tokens: np.ndarray, vocab: MaskingVocab, cfg: BertConfig, rng: np.random.Generator
 ) -> BertExamples:
     """Truncate, lay out ``[CLS] A [SEP] B [SEP]`` and mask every example of a bucket at once."""
     cut_a, cut_b = truncate_seq_pairs(spans["a_len"], spans["b_len"], cfg.max_seq_length - 3)
-    a_start = spans["a_start"] + randoms.draw(lambda rng, rows: _coin_flips(rng, cut_a[rows]))  # each trimmed token: front or back
-    b_start = spans["b_start"] + randoms.draw(lambda rng, rows: _coin_flips(rng, cut_b[rows]))
+    a_start = spans["a_start"] + rng.binomial(cut_a, 0.5)  # each trimmed token from the front or the back: fair coins
+    b_start = spans["b_start"] + rng.binomial(cut_b, 0.5)
     a_len, b_len = spans["a_len"] - cut_a, spans["b_len"] - cut_b
 
     n, width = len(a_len), cfg.max_seq_length
@@ -299,14 +278,13 @@ def _build_examples(
 
     num_to_predict = np.minimum(cfg.max_predictions_per_seq, np.maximum(1, np.round(length * cfg.masked_lm_prob).astype(np.int64)))
     if cfg.whole_word_mask:
-        chosen = [_choose_whole_words(input_ids[rows], real[rows], num_to_predict[rows], vocab, cfg, rng) for rng, rows in randoms.each()]
-        positions, replaced = (np.concatenate(column) for column in zip(*chosen))
+        positions, replaced = _choose_whole_words(input_ids, real, num_to_predict, vocab, cfg, rng)
     else:
-        positions, replaced = _choose_tokens(real, num_to_predict, cfg, randoms)
+        positions, replaced = _choose_tokens(real, num_to_predict, cfg, rng)
     valid = positions < width
     safe = np.where(valid, positions, 0)
     original = np.take_along_axis(input_ids, safe, axis=1)
-    draws = randoms.draw(lambda rng, rows: rng.integers(0, len(vocab.random_ids), (rows.stop - rows.start, positions.shape[1])))
+    draws = rng.integers(0, len(vocab.random_ids), positions.shape)
     new_ids = np.where(replaced == 0, vocab.mask, np.where(replaced == 1, original, vocab.random_ids[draws]))
     masked_rows = np.broadcast_to(rows[:, None], positions.shape)
     input_ids[masked_rows[valid], positions[valid]] = new_ids[valid]
@@ -325,15 +303,6 @@ def _build_examples(
     )
 
 
-def _coin_flips(rng: np.random.Generator, trials: np.ndarray) -> np.ndarray:
-    """Heads among ``trials`` fair coins per row, as ``rng.binomial(trials, 0.5)``.
-
-    numpy's binomial returns 0 for 0 trials without drawing, so a document none of whose examples
-    is trimmed skips the call (10 us each, two per document and dupe) and leaves the stream as it was.
-    """
-    return rng.binomial(trials, 0.5) if trials.any() else np.zeros(len(trials), dtype=np.int64)
-
-
 def _replacement_kind(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     """0 = [MASK] (80%), 1 = keep (10%), 2 = random token (10%)."""
     first, second = rng.random(shape), rng.random(shape)
@@ -341,11 +310,11 @@ def _replacement_kind(rng: np.random.Generator, shape: tuple[int, ...]) -> np.nd
 
 
 def _choose_tokens(
-    real: np.ndarray, num_to_predict: np.ndarray, cfg: BertConfig, randoms: DocumentRandoms
+    real: np.ndarray, num_to_predict: np.ndarray, cfg: BertConfig, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
     """The first ``num_to_predict`` candidates of a random order per row, as sorted positions (width = none)."""
     width, p = real.shape[1], cfg.max_predictions_per_seq
-    keys = np.where(real, randoms.draw(lambda rng, rows: rng.random((rows.stop - rows.start, width), dtype=np.float32)), np.float32(2.0))
+    keys = np.where(real, rng.random(real.shape, dtype=np.float32), np.float32(2.0))
     k = min(p, width)
     smallest = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < width else np.argsort(keys, axis=1)
     order = np.take_along_axis(smallest, np.argsort(np.take_along_axis(keys, smallest, axis=1), axis=1), axis=1)
@@ -353,7 +322,7 @@ def _choose_tokens(
     positions = np.sort(np.where(chosen, order, width), axis=1)
     if k < p:
         positions = np.pad(positions, ((0, 0), (0, p - k)), constant_values=width)
-    return positions, randoms.draw(lambda rng, rows: _replacement_kind(rng, (rows.stop - rows.start, p)))
+    return positions, _replacement_kind(rng, (len(real), p))
 
 
 def _choose_whole_words(
