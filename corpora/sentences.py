@@ -107,27 +107,19 @@ def _split_paragraph(paragraph: str) -> list[str]:
 def _blingfire_cuts(paragraph: str) -> list[int]:
     """Start offsets of blingfire's second and later sentences (character offsets into ``paragraph``).
 
-    Each sentence is located with ``str.find`` after the previous one; where blingfire changed a
-    sentence's text (it turns newlines and NULs inside a sentence into spaces) and find misses it,
-    blingfire's own start offsets give the cuts.
+    blingfire writes each sentence's start byte; only the number of sentences is read from its text
+    (the sentences themselves are never decoded: locating each with ``str.find`` cost a tenth of the
+    splitting and found the same starts).
     """
     data = paragraph.encode("utf-8")
-    text, starts = _blingfire_sentences(data)
-    sentences = text.split("\n")
-    cuts, cursor = [], 0
-    for sentence in sentences:
-        start = paragraph.find(sentence, cursor)
-        if start < 0:
-            return _char_offsets(paragraph, data, starts[1 : len(sentences)])
-        cuts.append(start)
-        cursor = start + len(sentence)
-    return cuts[1:]
+    count, starts = _blingfire_sentences(data)
+    return _char_offsets(paragraph, data, starts[1:count])
 
 
-def _blingfire_sentences(data: bytes) -> tuple[str, ctypes.Array[ctypes.c_int]]:
-    """``blingfire.text_to_sentences`` of UTF-8 ``data``, and the sentences' start bytes (valid until the next call).
+def _blingfire_sentences(data: bytes) -> tuple[int, ctypes.Array[ctypes.c_int]]:
+    """How many sentences ``blingfire.text_to_sentences`` finds in UTF-8 ``data``, and their start bytes (valid until the next call).
 
-    Same C function and output limit (twice the input) as the wrapper, so the same text, empty on error.
+    Same C function and output limit (twice the input) as the wrapper; no sentence on error, as its text is then empty.
     """
     capacity = 2 * len(data)
     if capacity <= _SCRATCH_BYTES:
@@ -136,8 +128,8 @@ def _blingfire_sentences(data: bytes) -> tuple[str, ctypes.Array[ctypes.c_int]]:
         text, starts = ctypes.create_string_buffer(capacity), (ctypes.c_int * capacity)()
     size = _TEXT_TO_SENTENCES(data, len(data), text, starts, None, capacity)
     if size == -1 or size > capacity:
-        return "", starts
-    return text[:size].partition(b"\0")[0].decode("utf-8"), starts
+        return 0, starts
+    return text[:size].partition(b"\0")[0].count(b"\n") + 1, starts
 
 
 def _char_offsets(paragraph: str, data: bytes, byte_offsets: list[int]) -> list[int]:
