@@ -24,11 +24,13 @@ Fixes to the reference, all deliberate:
 * The random replacement token is never a special or ``[unused]`` token.
 * Empty sentences are dropped at tokenization, so A and B always hold at least one real token.
 
-Every random choice of a (dupe, bucket) comes from one generator, ``rng_for(seed, "bucket", dupe,
-first document id)``, drawn in the order of the bucket's sorted documents: a bucket's documents are
-fixed by the stable hash above, so the output does not depend on runner, worker count or bundle
-order. (It was a generator per document and dupe until stop 45: seeding one and a few calls into
-it per document were half of the examples' CPU on 4 KB articles. The draws are the same
+Every random choice of a (dupe, bucket) comes from the bucket's ``BucketRandoms``: a generator per
+kind of choice, ``rng_for(seed, "bucket", dupe, first document id, kind)``, each drawn from in the
+order of the bucket's sorted documents and examples. A bucket's documents are fixed by the stable
+hash above, so the output does not depend on runner, worker count or bundle order; and as each
+kind reads its own stream row after row, nor on how many examples are built at a time
+(``BUILD_ROWS``). (It was a generator per document and dupe until stop 45: seeding one and a few
+calls into it per document were half of the examples' CPU on 4 KB articles. The draws are the same
 distributions; which numbers are drawn changed, so the shards did too.) The work is numpy over
 whole buckets: one Python step per example for the packing decisions, then building, truncating
 and masking a batch of examples at once.
@@ -150,6 +152,23 @@ class BertExamples:
         return cls(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in names})
 
 
+@dataclass(frozen=True)
+class BucketRandoms:
+    """A (dupe, bucket)'s generators, one per kind of choice, so that each is read row after row whatever the batches."""
+
+    pack: np.random.Generator  # chunk targets, A lengths, random next and partners (``_pack_document``)
+    trim_a: np.random.Generator  # front or back of each token trimmed from A
+    trim_b: np.random.Generator  # ... and from B
+    order: np.random.Generator  # the order masked positions (or whole words) are picked in
+    kind: np.random.Generator  # [MASK], kept or random
+    token: np.random.Generator  # the random replacement token
+
+    @classmethod
+    def of(cls, seed: int, dupe: int, bucket: str) -> BucketRandoms:
+        """The generators of the bucket named ``bucket`` (its first document's id) for this dupe."""
+        return cls(**{name: rng_for(seed, "bucket", dupe, bucket, name) for name in cls.__dataclass_fields__})
+
+
 def create_bucket_examples(
     docs: Sequence[TokenizedDocument], dupe: int, vocab: MaskingVocab, cfg: BertConfig, seed: int
 ) -> tuple[BertExamples, Counter]:
@@ -161,13 +180,13 @@ def create_bucket_examples(
     bases = np.concatenate([[0], np.cumsum([len(d.tokens) for d in docs])]).tolist()
     offsets = [d.offsets.tolist() for d in docs]
     counters: Counter = Counter()
-    rng = rng_for(seed, "bucket", dupe, docs[0].id) if docs else None  # a bucket is named by its first document
+    randoms = BucketRandoms.of(seed, dupe, docs[0].id) if docs else None  # a bucket is named by its first document
     parts: list[BertExamples] = []
     rows: list[tuple[int, ...]] = []
     for index in range(len(docs)):
-        _pack_document(index, offsets, bases, cfg, rng, rows, counters)
+        _pack_document(index, offsets, bases, cfg, randoms.pack, rows, counters)
         if rows and (len(rows) >= BUILD_ROWS or index == len(docs) - 1):
-            parts.append(_build_examples(_spans(rows), tokens, vocab, cfg, rng))
+            parts.append(_build_examples(_spans(rows), tokens, vocab, cfg, randoms))
             rows = []
     examples = BertExamples.concatenate(parts) if parts else _empty_examples(vocab, cfg)
     counters["examples"] += len(examples)
@@ -252,12 +271,12 @@ def truncate_seq_pairs(a_len: np.ndarray, b_len: np.ndarray, max_num_tokens: int
 
 
 def _build_examples(
-    spans: dict[str, np.ndarray], tokens: np.ndarray, vocab: MaskingVocab, cfg: BertConfig, rng: np.random.Generator
+    spans: dict[str, np.ndarray], tokens: np.ndarray, vocab: MaskingVocab, cfg: BertConfig, randoms: BucketRandoms
 ) -> BertExamples:
     """Truncate, lay out ``[CLS] A [SEP] B [SEP]`` and mask every example of a bucket at once."""
     cut_a, cut_b = truncate_seq_pairs(spans["a_len"], spans["b_len"], cfg.max_seq_length - 3)
-    a_start = spans["a_start"] + rng.binomial(cut_a, 0.5)  # each trimmed token from the front or the back: fair coins
-    b_start = spans["b_start"] + rng.binomial(cut_b, 0.5)
+    a_start = spans["a_start"] + randoms.trim_a.binomial(cut_a, 0.5)  # each trimmed token from the front or the back: fair coins
+    b_start = spans["b_start"] + randoms.trim_b.binomial(cut_b, 0.5)
     a_len, b_len = spans["a_len"] - cut_a, spans["b_len"] - cut_b
 
     n, width = len(a_len), cfg.max_seq_length
@@ -278,13 +297,13 @@ def _build_examples(
 
     num_to_predict = np.minimum(cfg.max_predictions_per_seq, np.maximum(1, np.round(length * cfg.masked_lm_prob).astype(np.int64)))
     if cfg.whole_word_mask:
-        positions, replaced = _choose_whole_words(input_ids, real, num_to_predict, vocab, cfg, rng)
+        positions, replaced = _choose_whole_words(input_ids, real, num_to_predict, vocab, cfg, randoms)
     else:
-        positions, replaced = _choose_tokens(real, num_to_predict, cfg, rng)
+        positions, replaced = _choose_tokens(real, num_to_predict, cfg, randoms)
     valid = positions < width
     safe = np.where(valid, positions, 0)
     original = np.take_along_axis(input_ids, safe, axis=1)
-    draws = rng.integers(0, len(vocab.random_ids), positions.shape)
+    draws = randoms.token.integers(0, len(vocab.random_ids), positions.shape)
     new_ids = np.where(replaced == 0, vocab.mask, np.where(replaced == 1, original, vocab.random_ids[draws]))
     masked_rows = np.broadcast_to(rows[:, None], positions.shape)
     input_ids[masked_rows[valid], positions[valid]] = new_ids[valid]
@@ -304,17 +323,15 @@ def _build_examples(
 
 
 def _replacement_kind(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """0 = [MASK] (80%), 1 = keep (10%), 2 = random token (10%)."""
-    first, second = rng.random(shape), rng.random(shape)
+    """0 = [MASK] (80%), 1 = keep (10%), 2 = random token (10%); both uniforms of a position drawn together."""
+    first, second = np.moveaxis(rng.random((*shape, 2)), -1, 0)
     return np.where(first < 0.8, 0, np.where(second < 0.5, 1, 2))
 
 
-def _choose_tokens(
-    real: np.ndarray, num_to_predict: np.ndarray, cfg: BertConfig, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
+def _choose_tokens(real: np.ndarray, num_to_predict: np.ndarray, cfg: BertConfig, randoms: BucketRandoms) -> tuple[np.ndarray, np.ndarray]:
     """The first ``num_to_predict`` candidates of a random order per row, as sorted positions (width = none)."""
     width, p = real.shape[1], cfg.max_predictions_per_seq
-    keys = np.where(real, rng.random(real.shape, dtype=np.float32), np.float32(2.0))
+    keys = np.where(real, randoms.order.random(real.shape, dtype=np.float32), np.float32(2.0))
     k = min(p, width)
     smallest = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < width else np.argsort(keys, axis=1)
     order = np.take_along_axis(smallest, np.argsort(np.take_along_axis(keys, smallest, axis=1), axis=1), axis=1)
@@ -322,11 +339,11 @@ def _choose_tokens(
     positions = np.sort(np.where(chosen, order, width), axis=1)
     if k < p:
         positions = np.pad(positions, ((0, 0), (0, p - k)), constant_values=width)
-    return positions, _replacement_kind(rng, (len(real), p))
+    return positions, _replacement_kind(randoms.kind, (len(real), p))
 
 
 def _choose_whole_words(
-    input_ids: np.ndarray, real: np.ndarray, num_to_predict: np.ndarray, vocab: MaskingVocab, cfg: BertConfig, rng: np.random.Generator
+    input_ids: np.ndarray, real: np.ndarray, num_to_predict: np.ndarray, vocab: MaskingVocab, cfg: BertConfig, randoms: BucketRandoms
 ) -> tuple[np.ndarray, np.ndarray]:
     """Whole words in random order, skipping a word that would overshoot, 80/10/10 decided per word.
 
@@ -343,7 +360,7 @@ def _choose_whole_words(
         words = word_of[row, candidates]
         sizes = np.bincount(words)
         chosen, total = [], 0
-        for word in rng.permutation(len(sizes)).tolist():
+        for word in randoms.order.permutation(len(sizes)).tolist():
             if total >= num_to_predict[row]:
                 break
             if total + sizes[word] > num_to_predict[row]:
@@ -351,7 +368,7 @@ def _choose_whole_words(
             chosen.append(word)
             total += int(sizes[word])
         picked = np.isin(words, chosen)
-        kind = _replacement_kind(rng, (len(sizes),))
+        kind = _replacement_kind(randoms.kind, (len(sizes),))
         positions[row, :total] = candidates[picked]
         replaced[row, :total] = kind[words[picked]]
     return positions, replaced

@@ -21,6 +21,7 @@ from corpusforge.corpora.document import Document
 from corpusforge.corpora.gutenberg import strip_gutenberg
 from corpusforge.corpora.sentences import split_sentences
 from corpusforge.corpora.wikipedia import plan_ranges, read_range
+from corpusforge.encoding import bert_examples
 from corpusforge.encoding.bert_examples import (
     MaskingVocab,
     TokenizedDocument,
@@ -199,6 +200,19 @@ def test_output_depends_only_on_seed_dupe_and_documents(tokenized, vocab):
         np.testing.assert_array_equal(column, again.columns()[name])
     for changed in (other, reseeded):
         assert len(changed) != len(first) or not np.array_equal(changed.input_ids, first.input_ids)
+
+
+@pytest.mark.parametrize("whole_word_mask", [False, True])
+def test_output_does_not_depend_on_how_many_examples_are_built_at_a_time(tokenized, vocab, monkeypatch, whole_word_mask):
+    """Each kind of random choice reads its own stream row after row, so batches of 7 or 1 examples give the same bytes."""
+    part = tokenized[-12:]
+    whole, _, _ = make(part, vocab, dupe=1, seed=3, whole_word_mask=whole_word_mask)
+    assert len(whole) > 2 * 7 and whole.masked_lm_weights.any()
+    for rows in (7, 1):
+        monkeypatch.setattr(bert_examples, "BUILD_ROWS", rows)
+        batched, _, _ = make(part, vocab, dupe=1, seed=3, whole_word_mask=whole_word_mask)
+        for name, column in whole.columns().items():
+            np.testing.assert_array_equal(column, batched.columns()[name], err_msg=f"{name} with {rows} rows at a time")
 
 
 def test_single_document_corpus_has_only_actual_next_pairs(tokenized, vocab):

@@ -117,11 +117,11 @@ def test_a_second_build_writes_the_same_bytes(demo, tmp_path):
 # The demo's data files as the commit before the house change (issue 22) wrote them. Change a value only
 # with the reason in the commit message: a recipe decision, never a refactoring. Changed since: the demo's
 # 7 rejects in one file (run.reject_parts = 1 in demo.toml, issue 25), the same rows; the BERT shard (stop 45: one
-# random generator per dupe and partner bucket instead of one per document and dupe, the same distributions).
+# random generator per dupe, partner bucket and kind of choice instead of one per document and dupe, the same distributions).
 DEMO_SHA256 = {
     "documents/part-00000-of-00001.parquet": "f85645036d612418d0d73dd996a9e398cbf453d4ea72376d2732c73896bacbfb",
     "rejects/part-00000-of-00001.parquet": "45823534e3a02d6f9ccd11c66cf3b8ca324fdf3a1b37f284aa321e794e169641",  # demo: run.reject_parts = 1
-    "shards/bert/train-00000-of-00001.arrow": "e65232e7ecfdbe158f810907240915232cc45928407da3ffc03095236337d026",
+    "shards/bert/train-00000-of-00001.arrow": "9415a5e9f6e05ea6b1b65d51f4f7716ff94ab33204de90f481eeaec8612c24a7",
     "shards/gpt/train-00000-of-00001.arrow": "55fd23ef528ad7f9ac38addfa1037bf68e338e1a7534a1ec5ce7ecfb85a2fe26",
     "vocab/bpe/merges.txt": "9a0bfe95935a49fe1e16bd28cec954e5af295cb7a720ad8b7d080db63761405c",
     "vocab/bpe/tokenizer.json": "ef68462fc16817fd655829b7775f5bafefe3064b8fc3821d5f9ad328883235e2",
