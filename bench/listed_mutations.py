@@ -24,7 +24,7 @@ MUTATIONS = [
     ),
     (
         "rng_for ignores the seed",
-        "corpusforge/hashing.py",
+        "core/hashing.py",
         "np.random.PCG64(stable_hash(*parts))",
         "np.random.PCG64(stable_hash(*parts[1:]))",
         ["tests/test_hashing.py", "tests/test_bert_examples.py", "-k", "rng_for or depends_only"],
