@@ -17,7 +17,7 @@ def stable_hash(*parts: object) -> int:
 
 
 def rng_for(*parts: object) -> np.random.Generator:
-    """A generator seeded by the parts (e.g. seed, document id, dupe index)."""
+    """A generator seeded by the parts (e.g. seed, dupe index, a bucket's first document id, kind of choice)."""
     return np.random.Generator(np.random.PCG64(stable_hash(*parts)))
 
 

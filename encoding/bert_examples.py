@@ -52,7 +52,7 @@ from corpusforge.core.hashing import rng_for
 from corpusforge.encoding.sentence_tokens import SentenceEncoder
 
 # Examples built together: numpy over many short documents at once, while the [rows, max_seq_length]
-# temporaries of a bucket of long books stay a few MB.
+# temporaries of a bucket of long books stay a few MB. The examples do not depend on it (``BucketRandoms``).
 BUILD_ROWS = 4096
 # An example's spans, as ``_pack_document`` lays them out: A in document a_doc, B in b_doc (offsets into the bucket's tokens).
 SPANS = ("a_doc", "a_start", "a_len", "b_doc", "b_start", "b_len", "random_next")
@@ -324,7 +324,8 @@ def _build_examples(
 
 def _replacement_kind(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     """0 = [MASK] (80%), 1 = keep (10%), 2 = random token (10%); both uniforms of a position drawn together."""
-    first, second = np.moveaxis(rng.random((*shape, 2)), -1, 0)
+    uniforms = rng.random((*shape, 2))
+    first, second = uniforms[..., 0], uniforms[..., 1]
     return np.where(first < 0.8, 0, np.where(second < 0.5, 1, 2))
 
 
