@@ -22,19 +22,19 @@ import hashlib
 import json
 import logging
 import os
-import unicodedata
 from itertools import chain
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from corpusforge.core import storage
 from corpusforge.core.config import VocabConfig
 from corpusforge.core.hashing import stable_hash
 from corpusforge.corpora.document_files import iter_rows, text_bytes
-from corpusforge.encoding.sentence_tokens import lowers_alike
-from corpusforge.encoding.word_counts import FEED_PRE_TOKENIZER, count_words, repeated_words
+from corpusforge.encoding.word_counts import FEED_PRE_TOKENIZER, count_units, repeated_words, taken_whole, words_of_units
 
 log = logging.getLogger(__name__)
 
@@ -42,36 +42,49 @@ BERT_SPECIALS = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CL
 EOT = "<|endoftext|>"
 WORDPIECE_ALPHABET = 1000  # as HF's BertWordPieceTokenizer: rarer characters stay [UNK]
 ALPHABET_CHUNK_CHARS = 4_000_000  # text counted at a time when fixing the alphabet
+ALPHABET_CHUNK_UNITS = 65_536  # distinct units counted at a time when fixing the alphabet
 CODE_POINTS = 0x110000
 PIECE_CHARS = 65_536  # text counted for the trainers at a time (paragraph_pieces)
 FERTILITY_SAMPLE_BYTES = 2_000_000  # text tokenized per vocabulary for its tokens per word
 FERTILITY_BATCH = 256  # paragraphs encoded at once
 SAMPLE_ROWS = 16  # documents decoded into Python at a time for that sample
-LOWERED, TRANSLATED, NORMALIZED = 0, 1, 2  # how _PreNormalizer maps a character: str.lower, its form, the normalizer
+
+
+class Sample(NamedTuple):
+    """Texts to train on, read once for their distinct units (``word_counts``) and again only for the texts
+    taken whole, if any."""
+
+    texts: Iterable[str]
+    units: pa.Table
+    whole: int  # texts left out of the units
+
+    @classmethod
+    def of(cls, texts: Iterable[str]) -> Sample:
+        texts = list(texts) if isinstance(texts, Iterator) else texts
+        return cls(texts, *count_units(texts))
+
+    def taken_whole(self) -> Iterable[str]:
+        return taken_whole(self.texts) if self.whole else ()
 
 
 def train_wordpiece(
-    texts: Iterable[str], out_dir: storage.PathLike, vocab_size: int = 30522, lowercase: bool = True, min_frequency: int = 2
+    texts: Iterable[str] | Sample, out_dir: storage.PathLike, vocab_size: int = 30522, lowercase: bool = True, min_frequency: int = 2
 ) -> str:
     """Train a BERT WordPiece vocabulary; writes vocab.txt and tokenizer.json into ``out_dir``.
 
-    ``texts`` is read twice (a list, or a re-iterable such as the document sample): once for the
-    alphabet, once by the trainer. HF's trainer numbers the "##" continuation characters in hash-map
-    order, which differs per process, and merges of equally frequent pairs are ordered by those ids,
-    so the same texts gave different vocabularies (ids and even tokens). Fixing the alphabet and
-    the "##" ids before training (``_fixed_alphabet``) makes the files byte-identical every run.
+    HF's trainer numbers the "##" continuation characters in hash-map order, which differs per
+    process, and merges of equally frequent pairs are ordered by those ids, so the same texts gave
+    different vocabularies (ids and even tokens). Fixing the alphabet and the "##" ids before training
+    (``_fixed_alphabet``) makes the files byte-identical every run.
 
-    The words are counted from the texts already normalized (``_PreNormalizer``): BertNormalizer builds
-    an alignment per byte, over 40% of the trainer's time, for offsets that training never reads; the
-    trainer then gets the counted words (``word_counts``).
+    The words are counted by ``word_counts``, each distinct unit of text normalized and pre-tokenized
+    once: BertNormalizer builds an alignment per byte, over 40% of the trainer's time, for offsets that
+    training never reads; the trainer then gets the counted words.
     """
-    if isinstance(texts, Iterator):
-        texts = list(texts)
+    sample = texts if isinstance(texts, Sample) else Sample.of(texts)
     tokenizer = _wordpiece_tokenizer({}, lowercase)
-    chars = _CharTable(tokenizer)
-    alphabet, continuations = _fixed_alphabet(texts, chars, WORDPIECE_ALPHABET)
-    normalize = _PreNormalizer(tokenizer, chars.forms, lowercase)
-    counts = count_words(map(normalize, texts), tokenizer.pre_tokenizer)
+    alphabet, continuations = _fixed_alphabet(sample, _CharTable(tokenizer), WORDPIECE_ALPHABET)
+    counts = words_of_units(sample.units, tokenizer.pre_tokenizer, tokenizer.normalizer.normalize_str, sample.taken_whole())
     tokenizer.normalizer = None  # the files get it back below
     tokenizer.pre_tokenizer = FEED_PRE_TOKENIZER
     tokenizer.train_from_iterator(repeated_words(counts), _wordpiece_trainer(vocab_size, min_frequency, alphabet, continuations))
@@ -115,21 +128,21 @@ def _wordpiece_trainer(vocab_size: int, min_frequency: int, alphabet: list[str],
     )
 
 
-def _fixed_alphabet(texts: Iterable[str], chars: _CharTable, limit: int) -> tuple[list[str], list[str]]:
+def _fixed_alphabet(sample: Sample, chars: _CharTable, limit: int) -> tuple[list[str], list[str]]:
     """(alphabet, "##" tokens) as the trainer would pick them, but in code point order.
 
     The alphabet is the ``limit`` most frequent characters of the normalized words, ties broken by
     code point (the trainer breaks them in hash-map order); a "##c" token exists for each of them
     that follows another character inside a word. BERT's normalizer maps each character on its own
-    (clean, space out CJK, strip accents, lowercase), so the raw text is counted and each distinct
-    character is normalized and classified once, by the normalizer and pre-tokenizer themselves:
-    normalizing the whole sample through Python would cost as much as training on it. ``chars`` is
-    left knowing every character of the texts.
+    (clean, space out CJK, strip accents, lowercase), so the raw characters are counted (of each
+    distinct unit, times its count, and of the texts taken whole) and each distinct character is
+    normalized and classified once, by the normalizer and pre-tokenizer themselves. ``chars`` is left
+    knowing every character of the texts.
     """
     raw_counts = np.zeros(CODE_POINTS, dtype=np.int64)
-    for chunk in _chunks(texts, ALPHABET_CHUNK_CHARS):
-        points = np.frombuffer(chunk.encode("utf-32-le"), dtype=np.uint32)
-        counts = np.bincount(points, minlength=CODE_POINTS)
+    whole = ((_code_points(chunk), None) for chunk in _chunks(sample.taken_whole(), ALPHABET_CHUNK_CHARS))
+    for points, weights in chain(_unit_points(sample.units), whole):
+        counts = np.bincount(points, weights, minlength=CODE_POINTS).astype(np.int64)  # integral sums below 2^53: exact
         present = np.flatnonzero(counts)
         chars.learn(present)
         raw_counts += counts
@@ -141,6 +154,20 @@ def _fixed_alphabet(texts: Iterable[str], chars: _CharTable, limit: int) -> tupl
     seen = np.flatnonzero((counts > 0) & ~chars.space)  # whitespace never reaches the trainer
     kept = np.sort(seen[np.argsort(-counts[seen], kind="stable")][:limit])
     return [chr(point) for point in kept], [f"##{chr(point)}" for point in kept if chars.inside[point]]
+
+
+def _unit_points(units: pa.Table) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The code points of the distinct units, each ended by a newline (whitespace: no word runs on into the next
+    unit, as none does in the text), weighted by the unit's count; ``ALPHABET_CHUNK_UNITS`` units at a time."""
+    for start in range(0, len(units), ALPHABET_CHUNK_UNITS):
+        part = units.slice(start, ALPHABET_CHUNK_UNITS)
+        lengths = pc.add(pc.utf8_length(part.column("unit")), 1).to_numpy()
+        points = _code_points("".join(unit + "\n" for unit in part.column("unit").to_pylist()))
+        yield points, np.repeat(part.column("count").to_numpy().astype(np.float64), lengths)
+
+
+def _code_points(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
 
 
 def _mark_inside(points: np.ndarray, present: np.ndarray, chars: _CharTable) -> None:
@@ -194,46 +221,6 @@ class _CharTable:
                 self.dropped[point] = True
 
 
-class _PreNormalizer:
-    """A text as BertNormalizer outputs it (up to which whitespace separates words), mostly by ``str.lower``.
-
-    The normalizer maps each character on its own, except that stripping accents reorders combining
-    marks across characters (NFD). So the characters that ``str.lower`` maps otherwise are replaced
-    by their ``forms``, run by run, and a text holding a character whose decomposition starts with a
-    combining mark, or one not in ``forms``, goes through the normalizer itself.
-    """
-
-    def __init__(self, tokenizer: Tokenizer, forms: dict[int, str], lowercase: bool) -> None:
-        self._normalizer = tokenizer.normalizer
-        self._lowercase = lowercase
-        self._table = {point: form for point, form in forms.items() if not _reorders(chr(point))}
-        self._kind = np.full(CODE_POINTS, NORMALIZED, dtype=np.uint8)
-        self._kind[list(self._table)] = TRANSLATED
-        self._kind[[point for point in self._table if lowers_alike(chr(point), forms[point], tokenizer.pre_tokenizer, lowercase)]] = LOWERED
-
-    def __call__(self, text: str) -> str:
-        kinds = self._kind[np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)]
-        if not kinds.any():
-            return self._lower(text)
-        if kinds.max() == NORMALIZED:
-            return self._normalizer.normalize_str(text)
-        translated = np.concatenate([[False], kinds == TRANSLATED, [False]])
-        cuts = [0, *np.flatnonzero(translated[1:] != translated[:-1]).tolist(), len(text)]
-        parts = [text[start:end] for start, end in zip(cuts, cuts[1:])]  # lowered, translated, ..., lowered
-        parts[0::2] = map(self._lower, parts[0::2])
-        parts[1::2] = [part.translate(self._table) for part in parts[1::2]]
-        return "".join(parts)
-
-    def _lower(self, text: str) -> str:
-        return text.lower() if self._lowercase else text
-
-
-def _reorders(char: str) -> bool:
-    """NFD may move ``char``'s decomposition before the marks of the character ahead of it: it starts with
-    a combining mark (or is unassigned in Python's Unicode data, which may differ from the normalizer's)."""
-    return unicodedata.category(char) == "Cn" or unicodedata.combining(unicodedata.normalize("NFD", char)[0]) != 0
-
-
 def _chunks(texts: Iterable[str], size: int) -> Iterator[str]:
     """The texts joined by newlines (a word boundary) into pieces of about ``size`` characters."""
     batch: list[str] = []
@@ -248,8 +235,9 @@ def _chunks(texts: Iterable[str], size: int) -> Iterator[str]:
         yield "\n".join(batch)
 
 
-def train_bpe(texts: Iterable[str], out_dir: storage.PathLike, vocab_size: int = 50257, min_frequency: int = 2) -> str:
+def train_bpe(texts: Iterable[str] | Sample, out_dir: storage.PathLike, vocab_size: int = 50257, min_frequency: int = 2) -> str:
     """Train a GPT-2 byte-level BPE; writes vocab.json, merges.txt and tokenizer.json into ``out_dir``."""
+    sample = texts if isinstance(texts, Sample) else Sample.of(texts)
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = FEED_PRE_TOKENIZER  # fed the counted words (``word_counts``); GPT-2's below
     tokenizer.decoder = decoders.ByteLevel()
@@ -261,7 +249,7 @@ def train_bpe(texts: Iterable[str], out_dir: storage.PathLike, vocab_size: int =
         show_progress=False,  # the build shows its own progress; the trainer's bar would garble it
     )
     gpt2 = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.train_from_iterator(repeated_words(count_words(texts, gpt2)), trainer)
+    tokenizer.train_from_iterator(repeated_words(words_of_units(sample.units, gpt2, whole=sample.taken_whole())), trainer)
     tokenizer.pre_tokenizer = gpt2
     tokenizer.add_special_tokens([EOT])
     out_dir = os.fspath(out_dir)
@@ -331,11 +319,13 @@ def train_vocab_from_documents(doc_paths: list[storage.PathLike], out_dir: stora
     total = text_bytes(doc_paths)
     rate = min(1.0, cfg.sample_bytes / total) if total else 1.0
 
-    sample = _Reread(
-        lambda: chain.from_iterable(
-            map(paragraph_pieces, sample_documents(iter_rows(doc_paths, ("id", "text")), rate, cfg.sample_bytes, cfg.sample_seed))
+    sample = Sample.of(
+        _Reread(
+            lambda: chain.from_iterable(
+                map(paragraph_pieces, sample_documents(iter_rows(doc_paths, ("id", "text")), rate, cfg.sample_bytes, cfg.sample_seed))
+            )
         )
-    )
+    )  # its units counted once for every kind
     out: dict[str, str] = {}
     for kind in cfg.kinds:
         if kind == "wordpiece":

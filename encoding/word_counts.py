@@ -1,25 +1,30 @@
 """The words a vocabulary trainer counts, counted once per distinct piece of text between spaces.
 
-HF's trainers count words by running the pre-tokenizer over every occurrence of every word, each
-split a string with its own per-byte alignments: on 100 MB of articles that was the vocabulary
-stage (WordPiece 26 and BPE 38 CPU-seconds). Text is mostly the same few hundred thousand
-whitespace-delimited units over and over, so here the units are cut and counted by Arrow, the
-pre-tokenizer runs once per distinct unit, and the trainer is then fed each word repeated as often
-as it occurs, one per line (``FEED_PRE_TOKENIZER``): a split at a character that never occurs in a
-word costs it half of its own pre-tokenizer. The counts, and so the vocabularies, are the same.
+HF's trainers count words by running the normalizer and pre-tokenizer over every occurrence of every
+word, each split a string with its own per-byte alignments: on 100 MB of articles that was the
+vocabulary stage (WordPiece 26 and BPE 38 CPU-seconds). Text is mostly the same few hundred thousand
+whitespace-delimited units over and over, so here the units are cut and counted by Arrow, once for
+every vocabulary trained on the same texts (``count_units``); each distinct unit is normalized and
+pre-tokenized once per vocabulary (``words_of_units``), and the trainer is then fed each word repeated
+as often as it occurs, one per line (``FEED_PRE_TOKENIZER``): a split at a character that never occurs in
+a word costs it half of its own pre-tokenizer. The counts, and so the vocabularies, are the same.
 
 A unit is a run of whitespace and the run of other characters after it (or a text's first run of
 other characters). Neither pre-tokenizer's words cross from one unit into the next: BERT's split at
 every whitespace, and GPT-2's pattern, which looks one character ahead, never takes a word from
-the end of a run of non-space characters into the whitespace after it. A text holding a whitespace
-character other than ASCII's (which these units do not cut at, but GPT-2's pattern does) is
-pre-tokenized whole, as the trainer would have.
+the end of a run of non-space characters into the whitespace after it. Nor does BERT's normalizer
+map one unit otherwise than the text around it does: it maps each character on its own, but for
+accents (NFD reorders combining marks, never across the whitespace a unit starts with) and for the
+\\v and \\f it deletes, which would join two units. So a text holding \\v, \\f or a whitespace character
+other than ASCII's (which these units do not cut at, but GPT-2's pattern does) is taken whole
+(``TAKEN_WHOLE``), as the trainer would have: none of the documents job's texts, whose whitespace the
+cleaner collapses to single spaces and paragraph breaks.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import repeat
 
 import numpy as np
@@ -34,24 +39,33 @@ COMPACT_ROWS = 500_000  # (unit or word, count) rows held before they are summed
 WORDS_PER_CALL = 4_096  # distinct units pre-tokenized between two additions of their words
 FEED_CHARS = 16_384  # characters of repeated words per sequence handed to the trainer (it buffers 256; byte-level words are 2 bytes a character in Python)
 SEPARATOR = "\n"
+Normalize = Callable[[str], str]
 FEED_PRE_TOKENIZER = pre_tokenizers.CharDelimiterSplit(SEPARATOR)
 
 _ASCII_SPACE = np.zeros(256, dtype=bool)
 _ASCII_SPACE[list(ARROW_SPACES.encode("ascii"))] = True  # the bytes that are whitespace to every pre-tokenizer
-# Unicode White_Space beyond ASCII: where a text holds one, units would not be GPT-2's (see the module's note).
-# Not ``sentence_tokens._OTHER_SPACES``, which is what ``str.split`` cuts at (\x1c-\x1f too, no pre-tokenizer does).
-OTHER_SPACES = re.compile("[\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+# The texts whose words may cross units (see the module's note): \v and \f, which BertNormalizer deletes, and Unicode
+# White_Space beyond ASCII, which GPT-2's pattern cuts at. Not ``sentence_tokens._OTHER_SPACES``, which is what
+# ``str.split`` cuts at (\x1c-\x1f too, no pre-tokenizer does).
+TAKEN_WHOLE = re.compile("[\x0b\x0c\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 
 
-def count_words(texts: Iterable[str], pre_tokenizer: pre_tokenizers.PreTokenizer) -> pa.Table:
-    """(word, count) of every word ``pre_tokenizer`` finds in ``texts``, each text pre-tokenized on its own."""
+def count_words(texts: Sequence[str], pre_tokenizer: pre_tokenizers.PreTokenizer, normalize: Normalize | None = None) -> pa.Table:
+    """(word, count) of every word ``pre_tokenizer`` finds in ``texts``, each text normalized and pre-tokenized
+    on its own (read twice when one is taken whole)."""
+    units, whole = count_units(texts)
+    return words_of_units(units, pre_tokenizer, normalize, taken_whole(texts) if whole else ())
+
+
+def count_units(texts: Iterable[str]) -> tuple[pa.Table, int]:
+    """(unit, count) of every distinct unit of ``texts``, and how many texts were left out to be taken whole."""
     units = _Sums("unit")
-    words = _Sums("word")
+    whole = 0
     batch: list[str] = []
     size = 0
     for text in texts:
-        if OTHER_SPACES.search(text):
-            words.add(*_words_of([text], [1], pre_tokenizer))
+        if TAKEN_WHOLE.search(text):
+            whole += 1
             continue
         batch.append(text)
         size += len(text)
@@ -60,12 +74,26 @@ def count_words(texts: Iterable[str], pre_tokenizer: pre_tokenizers.PreTokenizer
             batch, size = [], 0
     if batch:
         units.add(*_unit_counts(batch))
-    distinct = units.table()
-    for start in range(0, len(distinct), WORDS_PER_CALL):
-        part = distinct.slice(start, WORDS_PER_CALL)
-        words.add(*_words_of(part.column("unit").to_pylist(), part.column("count").to_pylist(), pre_tokenizer))
+    return units.table(), whole
+
+
+def taken_whole(texts: Iterable[str]) -> Iterator[str]:
+    """The texts ``count_units`` left out."""
+    return (text for text in texts if TAKEN_WHOLE.search(text))
+
+
+def words_of_units(
+    units: pa.Table, pre_tokenizer: pre_tokenizers.PreTokenizer, normalize: Normalize | None = None, whole: Iterable[str] = ()
+) -> pa.Table:
+    """(word, count) of the distinct ``units`` (each counted as often as it occurs) and of the ``whole`` texts."""
+    words = _Sums("word")
+    for text in whole:
+        words.add(*_words_of([text], [1], pre_tokenizer, normalize))
+    for start in range(0, len(units), WORDS_PER_CALL):
+        part = units.slice(start, WORDS_PER_CALL)
+        words.add(*_words_of(part.column("unit").to_pylist(), part.column("count").to_pylist(), pre_tokenizer, normalize))
     counts = words.table()
-    del units, distinct, words
+    del words
     pa.default_memory_pool().release_unused()  # the trainer's own counting comes next: not on top of this
     return counts
 
@@ -105,12 +133,14 @@ def _unit_counts(texts: list[str]) -> tuple[pa.Array, pa.Array]:
     return counted.field("values"), counted.field("counts")
 
 
-def _words_of(units: list[str], counts: list[int], pre_tokenizer: pre_tokenizers.PreTokenizer) -> tuple[pa.Array, pa.Array]:
+def _words_of(
+    units: list[str], counts: list[int], pre_tokenizer: pre_tokenizers.PreTokenizer, normalize: Normalize | None
+) -> tuple[pa.Array, pa.Array]:
     """The words of each unit, each with its unit's count (a word repeated in a unit appears once per time)."""
     words: list[str] = []
     weights: list[int] = []
     for unit, count in zip(units, counts):
-        found = [word for word, _ in pre_tokenizer.pre_tokenize_str(unit)]
+        found = [word for word, _ in pre_tokenizer.pre_tokenize_str(normalize(unit) if normalize else unit)]
         words += found
         weights += repeat(count, len(found))
     return pa.array(words, type=pa.large_string()), pa.array(weights, type=pa.int64())
@@ -137,5 +167,5 @@ class _Sums:
         """One row per key, its counts summed."""
         if not self._parts:
             return pa.table({self._key: pa.array([], type=pa.large_string()), "count": pa.array([], type=pa.int64())})
-        summed = pa.concat_tables(self._parts).group_by(self._key).aggregate([("count", "sum")])
+        summed = pa.concat_tables(self._parts).group_by(self._key, use_threads=False).aggregate([("count", "sum")])
         return summed.select([self._key, "count_sum"]).rename_columns([self._key, "count"])

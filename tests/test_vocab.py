@@ -20,9 +20,9 @@ from corpusforge.corpora.gutenberg import strip_gutenberg
 from corpusforge.encoding import vocab as vocab_module
 from corpusforge.encoding.vocab import (
     WORDPIECE_ALPHABET,
+    Sample,
     _CharTable,
     _fixed_alphabet,
-    _PreNormalizer,
     _wordpiece_tokenizer,
     _wordpiece_trainer,
     load_tokenizer,
@@ -34,6 +34,7 @@ from corpusforge.encoding.vocab import (
     vocab_manifest,
     vocab_sha256,
 )
+from corpusforge.encoding.word_counts import count_words
 from corpusforge.pipeline.documents_io import documents_table, write_table_atomic
 
 TRAIN_BOOKS = ["11-0.txt", "35-0.txt", "43-0.txt"]
@@ -204,34 +205,39 @@ def exact_alphabet(texts: list[str], tokenizer, limit: int) -> tuple[list[str], 
 
 @pytest.mark.parametrize("lowercase", [True, False])
 @pytest.mark.parametrize("limit", [40, 1000])
-@pytest.mark.parametrize("chunk_chars", [None, 64])  # 64: hundreds of chunks, most with only a few characters not yet seen inside a word
-def test_alphabet_from_per_character_normalization_equals_the_whole_text_one(shared_data, lowercase, limit, chunk_chars, monkeypatch):
-    if chunk_chars:
-        monkeypatch.setattr(vocab_module, "ALPHABET_CHUNK_CHARS", chunk_chars)
+@pytest.mark.parametrize("chunk", [None, 64])  # 64: hundreds of chunks, most with only a few characters not yet seen inside a word
+def test_alphabet_from_per_character_normalization_equals_the_whole_text_one(shared_data, lowercase, limit, chunk, monkeypatch):
+    """Counted from the distinct units (the texts without \\xa0 and \\u2028) and the texts taken whole."""
+    if chunk:
+        monkeypatch.setattr(vocab_module, "ALPHABET_CHUNK_CHARS", chunk)
+        monkeypatch.setattr(vocab_module, "ALPHABET_CHUNK_UNITS", chunk)
     tricky = (
         "Ünïcödé façade e\u0301te\u0301 İstanbul ΣΟΦΟΣ σοφος 日本語のテキスト 中文字 한국어 텍스트 emoji🙂inside "
         "tab\tand\u00a0nbsp zero\u200bwidth ctrl\x01char a\u0301\u0323b ﬁne ǅemal Straße ÅNGSTRÖM x\u2028y"
     )
     texts = [book_text(shared_data, HELD_OUT_BOOK)[:50_000], tricky, tricky.upper(), " ".join(f"q{chr(0xA000 + i)}" for i in range(60))]
+    texts += [text.replace("\u00a0", " ").replace("\u2028", "\n") for text in (tricky, tricky.upper())]
     tokenizer = _wordpiece_tokenizer({}, lowercase)
-    assert _fixed_alphabet(texts, _CharTable(tokenizer), limit) == exact_alphabet(texts, tokenizer, limit)
+    assert _fixed_alphabet(Sample.of(texts), _CharTable(tokenizer), limit) == exact_alphabet(texts, tokenizer, limit)
 
 
-# Traps for a per-character str.lower / str.translate. Mapped per character: accents, İ (two characters in
+# Traps for normalizing each unit of a text on its own. Mapped per character: accents, İ (two characters in
 # str.lower), Σ (str.lower's final ς), CJK (spaced out), control and format characters (dropped), whitespace
-# turned into " " or dropped. Not: combining marks, which NFD reorders across characters (spacing ones survive
-# the accent strip), U+0F73 (a starter decomposing into combining marks) and unassigned U+0378.
-PER_CHARACTER = "ÉéÜüÅÀİıΣσςßẞǅﬁΩ\u2126日本中한\x00\x01\x7f\x85\u200b\u200d\ufffd\ue000\t\n\r\x0b\xa0\u3000\u2028 aZ.'"
-REORDERING = ["a\u0301\u0323", "\u0345", "\U0001d16d\U0001d165", "\u302f\u0301\u302e", "\u0f40\u0f73\u0f71", "\u0378"]
+# turned into " " or dropped (\v and \f, which the units cut at). Combining marks, which NFD reorders across
+# characters (spacing ones survive the accent strip), U+0F73 (a starter decomposing into combining marks) and
+# unassigned U+0378, also after a space.
+PER_CHARACTER = "ÉéÜüÅÀİıΣσςßẞǅﬁΩ\u2126日本中한\x00\x01\x7f\x85\u200b\u200d\ufffd\ue000\t\n\r\x0b\x0c\xa0\u3000\u2028 aZ.'"
+REORDERING = ["a\u0301\u0323", "\u0345", "\U0001d16d\U0001d165", "\u302f\u0301\u302e", "\u0f40\u0f73\u0f71", "\u0378", " \u0323\u0301"]
 TRAPS = [*PER_CHARACTER, "ΟΣ", *REORDERING]
-MIXED_LINES = [  # a text each: one holding a combining mark goes to the normalizer whole
+MIXED_LINES = [  # a text each
     "ΣΟΦΟΣ ΛΟΓΟΣ σοφος Ünïcödé FAÇADE İstanbul Straße ǅemal ﬁne Ω\u2126 ÅNGSTRÖM",
     "日本語のテキスト 中文字 한국어 텍스트 emoji🙂inside",
     "ctrl\x01char zero\u200bwidth tab\tand\u00a0nbsp x\u2028y\x85z \u3000wide\ufffd\x7fdel",
-    "e\u0301te\u0301 a\u0301\u0323b",
+    "e\u0301te\u0301 a\u0301\u0323b \u0323\u0301x",
     "\U0001d16d\U0001d165 x\u302f\u0301\u302e",
     "\u0f40\u0f73\u0f71\u0f72",
     "Ab\u0378cd",
+    "ab\x0bcd ef\x0cgh",
 ]
 
 
@@ -243,19 +249,18 @@ def words(pre_tokenizer, text: str) -> list[str]:
 @given(texts=st.lists(st.lists(st.sampled_from(TRAPS) | st.characters(exclude_categories=("Cs", "Cn"))).map("".join), max_size=4))
 @example(texts=MIXED_LINES)
 @settings(max_examples=200, deadline=None)
-def test_pre_normalized_texts_give_the_normalizer_words(lowercase, texts):
-    """What the trainer counts: the words of the pre-normalized text are those of the normalizer's output."""
+def test_words_of_units_normalized_alone_are_the_normalizer_words_of_each_text(lowercase, texts):
+    """What the trainer counts: the words of the normalizer's output over each whole text."""
     tokenizer = _wordpiece_tokenizer({}, lowercase)
-    forms = {ord(char): tokenizer.normalizer.normalize_str(char) for char in set("".join(texts))}
-    normalize = _PreNormalizer(tokenizer, forms, lowercase)
-    for text in texts:
-        assert words(tokenizer.pre_tokenizer, normalize(text)) == words(tokenizer.pre_tokenizer, tokenizer.normalizer.normalize_str(text))
+    expected = Counter(word for text in texts for word in words(tokenizer.pre_tokenizer, tokenizer.normalizer.normalize_str(text)))
+    counts = count_words(texts, tokenizer.pre_tokenizer, tokenizer.normalizer.normalize_str)
+    assert Counter(dict(zip(counts.column("word").to_pylist(), counts.column("count").to_pylist()))) == expected
 
 
 def trained_with_the_normalizer(texts: list[str], vocab_size: int, lowercase: bool) -> dict[str, bytes]:
-    """vocab.txt and tokenizer.json as train_wordpiece wrote them before the pre-normalization."""
+    """vocab.txt and tokenizer.json of the trainer fed the texts themselves (through its normalizer)."""
     tokenizer = _wordpiece_tokenizer({}, lowercase)
-    alphabet, continuations = _fixed_alphabet(texts, _CharTable(tokenizer), WORDPIECE_ALPHABET)
+    alphabet, continuations = _fixed_alphabet(Sample.of(texts), _CharTable(tokenizer), WORDPIECE_ALPHABET)
     tokenizer.train_from_iterator(texts, _wordpiece_trainer(vocab_size, 2, alphabet, continuations))
     vocab = tokenizer.get_vocab(with_added_tokens=False)
     return {

@@ -13,20 +13,21 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from corpusforge.encoding import word_counts
-from corpusforge.encoding.vocab import EOT, train_bpe
-from corpusforge.encoding.word_counts import FEED_CHARS, OTHER_SPACES, SEPARATOR, count_words, repeated_words
+from corpusforge.encoding.vocab import EOT, _wordpiece_tokenizer, train_bpe
+from corpusforge.encoding.word_counts import FEED_CHARS, SEPARATOR, TAKEN_WHOLE, count_words, repeated_words
 
 PRE_TOKENIZERS = {"gpt2": pre_tokenizers.ByteLevel(add_prefix_space=False), "bert": pre_tokenizers.BertPreTokenizer()}
+NORMALIZERS = {"gpt2": None, "bert": _wordpiece_tokenizer({}, lowercase=True).normalizer.normalize_str}
 # whitespace of every kind (ASCII, Unicode, and \x1c-\x1f that str.split cuts at but the pre-tokenizers do not),
 # GPT-2's contractions and the pieces its pattern gives a leading space to
 PIECES = [" ", "  ", "\n", "\n\n", "\t", "\r\n", "\x0b", "\x0c", "\x1c", "\x1f", "\x85", "\xa0", "\u2003", "\u3000", "\u2028"]
-PIECES += ["word", "Word", "'s", "'ll", "'S", "42", "3.5", ".", ",", "--", "(", "é", "日本", "🙂", "a'b", "''"]
+PIECES += ["word", "Word", "'s", "'ll", "'S", "42", "3.5", ".", ",", "--", "(", "é", "日本", "🙂", "a'b", "''", "\u0301", "\x00", "Σ"]
 TEXTS = st.lists(st.lists(st.sampled_from(PIECES), max_size=30).map("".join), max_size=6)
 
 
-def reference_counts(texts: list[str], pre_tokenizer) -> Counter:
-    """What the trainer counts when fed the texts themselves."""
-    return Counter(word for text in texts for word, _ in pre_tokenizer.pre_tokenize_str(text))
+def reference_counts(texts: list[str], pre_tokenizer, normalize=None) -> Counter:
+    """What the trainer counts when fed the texts themselves (through its normalizer, if any)."""
+    return Counter(word for text in texts for word, _ in pre_tokenizer.pre_tokenize_str(normalize(text) if normalize else text))
 
 
 def as_counter(table) -> Counter:
@@ -35,11 +36,12 @@ def as_counter(table) -> Counter:
 
 @pytest.mark.parametrize("kind", sorted(PRE_TOKENIZERS))
 @given(texts=TEXTS)
-@example(texts=["x\xa0  y", "a  \n b", "  lead", "trail  ", "", "\n"])
+@example(texts=["x\xa0  y", "a  \n b", "  lead", "trail  ", "", "\n", "ab\x0bcd", "a \u0301b"])
 @settings(max_examples=300, deadline=None)
 def test_counts_are_those_of_the_pre_tokenizer_over_each_text(kind, texts, monkeypatch_module):
     """Tiny batches and sums held a few rows at a time: units cut across every batch edge, sums compacted often."""
-    assert as_counter(count_words(texts, PRE_TOKENIZERS[kind])) == reference_counts(texts, PRE_TOKENIZERS[kind])
+    pre_tokenizer, normalize = PRE_TOKENIZERS[kind], NORMALIZERS[kind]
+    assert as_counter(count_words(texts, pre_tokenizer, normalize)) == reference_counts(texts, pre_tokenizer, normalize)
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +53,18 @@ def monkeypatch_module():
         yield patch
 
 
-def test_other_spaces_are_exactly_the_characters_beyond_ascii_gpt2s_pattern_takes_for_whitespace():
-    """Probed over all of Unicode: "a" c c "b" gives 4 words when the pattern's \\s matches c, fewer otherwise."""
+def test_texts_taken_whole_hold_spaces_gpt2s_pattern_takes_beyond_ascii_or_cut_bytes_bert_deletes():
+    """Probed over all of Unicode: "a" c c "b" gives 4 words when the pattern's \\s matches c, fewer otherwise;
+    BERT's normalizer deletes \\v and \\f and no other byte the units are cut at."""
     byte_level = PRE_TOKENIZERS["gpt2"]
     spaces = {chr(point) for point in range(sys.maxunicode + 1) if not 0xD800 <= point < 0xE000 and point != 0x20}
     spaces = {char for char in spaces if len(byte_level.pre_tokenize_str(f"a{char}{char}b")) == 4}
-    assert {char for char in spaces if ord(char) >= 0x80} == {char for char in spaces if OTHER_SPACES.match(char)}
+    taken_whole = {char for char in spaces if TAKEN_WHOLE.match(char)}
+    assert {char for char in spaces if ord(char) >= 0x80} == taken_whole - {"\x0b", "\x0c"}
     assert {ord(char) for char in spaces if ord(char) < 0x80} == {0x09, 0x0A, 0x0B, 0x0C, 0x0D}  # the units' cut bytes, less " "
     assert all(word_counts._ASCII_SPACE[[0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20]]) and word_counts._ASCII_SPACE.sum() == 6
+    deleted = {char for char in map(chr, [0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20]) if NORMALIZERS["bert"](f"a{char}b") == "ab"}
+    assert deleted == {"\x0b", "\x0c"} <= taken_whole
 
 
 def test_sums_of_many_distinct_keys_are_regrouped_a_logarithmic_number_of_times(monkeypatch):
