@@ -670,9 +670,10 @@ def main() -> None:
     peak = lambda r: max(r["launcher"], r["workers"])  # noqa: E731
     if big != small:
         print(f"  peak RSS at {big} MB / at {small} MB: {peak(rows[big]) / peak(rows[small]):.2f} (target <= 1.25)")
-    print(f"  largest process: {mb(max(peak(r) for r in rows.values()))} MB (target <= 1536)")
+    print(f"  largest process: {mb(max(peak(r) for r in rows.values()))} MB (target <= 1024)")
     total_mb = sum(corpus_of(s, args.work, args.source, args.page_bytes)[1] for s in args.sizes) / 2**20
-    print(f"  end to end: {total_mb / sum(r['cpu'] for r in rows.values()):.2f} MB of input per CPU-second (target >= 1.0)")
+    speed = 1.5 if args.source == "books" else 1.0  # issue 24: books at 1 GB, Wikipedia-shaped articles at 100 MB
+    print(f"  end to end: {total_mb / sum(r['cpu'] for r in rows.values()):.2f} MB of input per CPU-second (target >= {speed})")
     for size, r in inproc.items():
         if size in rows:
             # No schedule beats the default mode's CPU spread over every core: the most its speed-up can be.
