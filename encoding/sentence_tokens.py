@@ -164,7 +164,7 @@ class SentenceEncoder:
             return self._agrees(char)
         if char in self._reserved or unicodedata.combining(char) or not self._splits_alike(char):
             return False
-        return lowers_alike(char, self._tokenizer.normalizer.normalize_str(char), self._raw.pre_tokenizer, self._lowercase)
+        return _lowers_alike(char, self._tokenizer.normalizer.normalize_str(char), self._raw.pre_tokenizer, self._lowercase)
 
     def _clear_words(self) -> None:
         self._word_index: dict[str, int] = {self._mark: 0}  # word -> row in the arrays below; the mark ends a sentence
@@ -332,7 +332,7 @@ class SentenceEncoder:
         return out
 
 
-def lowers_alike(char: str, form: str, pre_tokenizer: PreTokenizer, lowercase: bool) -> bool:
+def _lowers_alike(char: str, form: str, pre_tokenizer: PreTokenizer, lowercase: bool) -> bool:
     """``str.lower`` (or nothing, cased) gives the normalizer's ``form`` of ``char`` wherever it stands.
 
     Whitespace the normalizer turns into " " counts too: the pre-tokenizer drops either alike.
