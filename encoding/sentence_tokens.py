@@ -7,8 +7,9 @@ thousands of distinct words. So, for a BertNormalizer + BertPreTokenizer vocabul
 
 * Fast path. Sentences whose every character the normalizer maps exactly as ``str.lower`` does
   (nearly all English prose: ASCII, curly quotes, dashes; whitespace the pre-tokenizer drops
-  anyway) are lowered in Python and cut at whitespace as ``str.split`` cuts (by Arrow). The pre-tokenizer splits only
-  inside such a chunk (at punctuation), and WordPiece works word by word, so a chunk's ids depend on
+  anyway) are lowered in Python and cut at ASCII whitespace (by Arrow). The pre-tokenizer splits only
+  inside such a chunk (at punctuation, and at the other whitespace a fast sentence may hold, which is
+  whitespace it drops: ``_splits_alike``), and WordPiece works word by word, so a chunk's ids depend on
   the chunk alone: each distinct chunk goes through the tokenizer once (cached), and a sentence's ids
   are a numpy gather of its chunks' ids. (A character ``str.split`` cuts at but the pre-tokenizer does
   not, such as ``\x1c``, sends its sentence down the other path; none was seen to be safe anyway.)
@@ -56,8 +57,6 @@ SEPARATOR = "[SEP]"
 MARK = "\x00"  # ends a sentence inside the fast path's text: a control character, so never in a fast sentence
 SPACED_MARK = f" {MARK} "  # the mark as a chunk of its own (the pre-tokenizer drops the spaces)
 ARROW_SPACES = " \t\n\v\f\r"  # what ``pyarrow.compute.ascii_split_whitespace`` cuts at
-# The other characters ``str.split`` cuts at (none lies above U+3000; a test checks every code point)
-_OTHER_SPACES = re.compile("[" + "".join(c for c in map(chr, range(0x3001)) if c.isspace() and c not in ARROW_SPACES) + "]")
 WORD_CACHE_SIZE = 200_000  # distinct words (fast path: chunks, words with their punctuation) remembered before the cache starts over
 CONTEXT_DEPENDENT_LOWER = {"\u03a3"}  # str.lower maps a word-final capital sigma to ς, the normalizer never
 # GPT-2's pre-tokenizer pattern, as HF's ByteLevel pre-tokenizer applies it
@@ -178,11 +177,12 @@ class SentenceEncoder:
 
         Arrow cuts the texts and finds their distinct chunks (``ascii_split_whitespace``, then
         ``dictionary_encode``), so Python sees each distinct chunk of a batch once: 22 ms per MB of books
-        where a regex of the pre-tokenizer's classes and a dict look-up per word took ~106. The other characters
-        ``str.split`` cuts at become spaces first; empty chunks (a text's leading space) have no tokens."""
+        where a regex of the pre-tokenizer's classes and a dict look-up per word took ~106. Other whitespace stays
+        inside a chunk, for the tokenizer to split at (making it a space first cost a regex pass over every text
+        for chunks that cleaned text never holds); empty chunks (a text's leading space) have no tokens."""
         if not any(counts):
             return [(np.zeros(0, dtype=self._dtype), np.zeros(0, dtype=np.int64)) for _ in texts]
-        spaced = pa.array([_OTHER_SPACES.sub(" ", text.replace(MARK, SPACED_MARK)) for text in texts], type=pa.large_string())
+        spaced = pa.array([text.replace(MARK, SPACED_MARK) for text in texts], type=pa.large_string())
         chunks = pc.ascii_split_whitespace(spaced)
         encoded = pc.list_flatten(chunks).dictionary_encode()
         (rows,) = self._rows([encoded.dictionary.to_pylist()])

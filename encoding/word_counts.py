@@ -46,8 +46,7 @@ FEED_PRE_TOKENIZER = pre_tokenizers.CharDelimiterSplit(SEPARATOR)
 _ASCII_SPACE = np.zeros(256, dtype=bool)
 _ASCII_SPACE[list(ARROW_SPACES.encode("ascii"))] = True  # the bytes that are whitespace to every pre-tokenizer
 # The texts whose words may cross units (see the module's note): \v and \f, which BertNormalizer deletes, and Unicode
-# White_Space beyond ASCII, which GPT-2's pattern cuts at. Not ``sentence_tokens._OTHER_SPACES``, which is what
-# ``str.split`` cuts at (\x1c-\x1f too, no pre-tokenizer does).
+# White_Space beyond ASCII, which GPT-2's pattern cuts at (not \x1c-\x1f, which ``str.split`` cuts at too).
 TAKEN_WHOLE = re.compile("[\x0b\x0c\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 
 

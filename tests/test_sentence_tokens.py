@@ -190,12 +190,15 @@ def test_word_cache_starting_over_changes_nothing(bert_tokenizer, monkeypatch):
         assert_same(encoder, bert_tokenizer, docs)
 
 
-def test_every_character_str_split_cuts_at_is_cut_at_by_the_arrow_path():
-    """The fast path cuts with Arrow at ASCII whitespace after turning the other spaces into " ": together
-    they must be exactly ``str.isspace`` over all of Unicode, or a chunk would hold a word boundary."""
+def test_whitespace_arrow_does_not_cut_at_is_split_by_the_tokenizer_in_a_fast_sentence(bert_tokenizer):
+    """The fast path cuts at ASCII whitespace only: any other space a fast sentence holds stays inside a chunk, whose
+    ids (no normalizer) must still be those the normalizer's output gives, over all of Unicode."""
     import sys
 
-    spaces = {chr(code) for code in range(sys.maxunicode + 1) if chr(code).isspace()}
-    covered = set(sentence_tokens.ARROW_SPACES) | {c for c in spaces if sentence_tokens._OTHER_SPACES.fullmatch(c)}
-    assert covered == spaces
-    assert not any(sentence_tokens._OTHER_SPACES.fullmatch(chr(code)) for code in range(sys.maxunicode + 1) if not chr(code).isspace())
+    encoder = SentenceEncoder(bert_tokenizer, np.dtype(np.uint16))
+    others = [chr(code) for code in range(sys.maxunicode + 1) if chr(code).isspace() and chr(code) not in sentence_tokens.ARROW_SPACES]
+    fast = [char for char in others if encoder._is_safe(char)]
+    assert {"\xa0", "\u2028", "\u3000"} <= set(fast)  # they reach the fast path, inside chunks
+    docs = [[f"a{char}b {char}Cd{char}{char}e{char}", f"{char}x.{char}y"] for char in fast]
+    assert all(encoder._plan(sentences)[0].all() for sentences in docs)
+    assert_same(encoder, bert_tokenizer, docs)
