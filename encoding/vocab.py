@@ -23,7 +23,7 @@ import json
 import logging
 import os
 from itertools import chain
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +34,7 @@ from corpusforge.core import storage
 from corpusforge.core.config import VocabConfig
 from corpusforge.core.hashing import stable_hash
 from corpusforge.corpora.document_files import iter_rows, text_bytes
-from corpusforge.encoding.word_counts import FEED_PRE_TOKENIZER, count_units, repeated_words, taken_whole, words_of_units
+from corpusforge.encoding.word_counts import FEED_PRE_TOKENIZER, Sample, repeated_words
 
 log = logging.getLogger(__name__)
 
@@ -48,23 +48,6 @@ PIECE_CHARS = 65_536  # text counted for the trainers at a time (paragraph_piece
 FERTILITY_SAMPLE_BYTES = 2_000_000  # text tokenized per vocabulary for its tokens per word
 FERTILITY_BATCH = 256  # paragraphs encoded at once
 SAMPLE_ROWS = 16  # documents decoded into Python at a time for that sample
-
-
-class Sample(NamedTuple):
-    """Texts to train on, read once for their distinct units (``word_counts``) and again only for the texts
-    taken whole, if any."""
-
-    texts: Iterable[str]
-    units: pa.Table
-    whole: int  # texts left out of the units
-
-    @classmethod
-    def of(cls, texts: Iterable[str]) -> Sample:
-        texts = list(texts) if isinstance(texts, Iterator) else texts
-        return cls(texts, *count_units(texts))
-
-    def taken_whole(self) -> Iterable[str]:
-        return taken_whole(self.texts) if self.whole else ()
 
 
 def train_wordpiece(
@@ -84,7 +67,7 @@ def train_wordpiece(
     sample = texts if isinstance(texts, Sample) else Sample.of(texts)
     tokenizer = _wordpiece_tokenizer({}, lowercase)
     alphabet, continuations = _fixed_alphabet(sample, _CharTable(tokenizer), WORDPIECE_ALPHABET)
-    counts = words_of_units(sample.units, tokenizer.pre_tokenizer, tokenizer.normalizer.normalize_str, sample.taken_whole())
+    counts = sample.words(tokenizer.pre_tokenizer, tokenizer.normalizer.normalize_str)
     tokenizer.normalizer = None  # the files get it back below
     tokenizer.pre_tokenizer = FEED_PRE_TOKENIZER
     tokenizer.train_from_iterator(repeated_words(counts), _wordpiece_trainer(vocab_size, min_frequency, alphabet, continuations))
@@ -249,7 +232,7 @@ def train_bpe(texts: Iterable[str] | Sample, out_dir: storage.PathLike, vocab_si
         show_progress=False,  # the build shows its own progress; the trainer's bar would garble it
     )
     gpt2 = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.train_from_iterator(repeated_words(words_of_units(sample.units, gpt2, whole=sample.taken_whole())), trainer)
+    tokenizer.train_from_iterator(repeated_words(sample.words(gpt2)), trainer)
     tokenizer.pre_tokenizer = gpt2
     tokenizer.add_special_tokens([EOT])
     out_dir = os.fspath(out_dir)

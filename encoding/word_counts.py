@@ -4,8 +4,8 @@ HF's trainers count words by running the normalizer and pre-tokenizer over every
 word, each split a string with its own per-byte alignments: on 100 MB of articles that was the
 vocabulary stage (WordPiece 26 and BPE 38 CPU-seconds). Text is mostly the same few hundred thousand
 whitespace-delimited units over and over, so here the units are cut and counted by Arrow, once for
-every vocabulary trained on the same texts (``count_units``); each distinct unit is normalized and
-pre-tokenized once per vocabulary (``words_of_units``), and the trainer is then fed each word repeated
+every vocabulary trained on the same texts (``Sample``); each distinct unit is normalized and
+pre-tokenized once per vocabulary (``Sample.words``), and the trainer is then fed each word repeated
 as often as it occurs, one per line (``FEED_PRE_TOKENIZER``): a split at a character that never occurs in
 a word costs it half of its own pre-tokenizer. The counts, and so the vocabularies, are the same.
 
@@ -24,8 +24,9 @@ cleaner collapses to single spaces and paragraph breaks.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -50,14 +51,39 @@ _ASCII_SPACE[list(ARROW_SPACES.encode("ascii"))] = True  # the bytes that are wh
 TAKEN_WHOLE = re.compile("[\x0b\x0c\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 
 
-def count_words(texts: Sequence[str], pre_tokenizer: pre_tokenizers.PreTokenizer, normalize: Normalize | None = None) -> pa.Table:
-    """(word, count) of every word ``pre_tokenizer`` finds in ``texts``, each text normalized and pre-tokenized
-    on its own (read twice when one is taken whole)."""
-    units, whole = count_units(texts)
-    return words_of_units(units, pre_tokenizer, normalize, taken_whole(texts) if whole else ())
+class Sample(NamedTuple):
+    """Texts to train on: their distinct units, counted once for every vocabulary; the texts themselves are read
+    again only for those taken whole, if any."""
+
+    texts: Iterable[str]
+    units: pa.Table  # unit, count
+    whole: int  # texts left out of the units
+
+    @classmethod
+    def of(cls, texts: Iterable[str]) -> Sample:
+        """Count the units of ``texts`` (a one-shot iterator is listed: it may be read again)."""
+        texts = list(texts) if isinstance(texts, Iterator) else texts
+        return cls(texts, *_count_units(texts))
+
+    def taken_whole(self) -> Iterable[str]:
+        return (text for text in self.texts if TAKEN_WHOLE.search(text)) if self.whole else ()
+
+    def words(self, pre_tokenizer: pre_tokenizers.PreTokenizer, normalize: Normalize | None = None) -> pa.Table:
+        """(word, count) of every word ``pre_tokenizer`` finds in the texts, each text normalized and pre-tokenized
+        on its own: each distinct unit once, counted as often as it occurs, and the texts taken whole."""
+        words = _Sums("word")
+        for text in self.taken_whole():
+            words.add(*_words_of([text], [1], pre_tokenizer, normalize))
+        for start in range(0, len(self.units), WORDS_PER_CALL):
+            part = self.units.slice(start, WORDS_PER_CALL)
+            words.add(*_words_of(part.column("unit").to_pylist(), part.column("count").to_pylist(), pre_tokenizer, normalize))
+        counts = words.table()
+        del words
+        pa.default_memory_pool().release_unused()  # the trainer's own counting comes next: not on top of this
+        return counts
 
 
-def count_units(texts: Iterable[str]) -> tuple[pa.Table, int]:
+def _count_units(texts: Iterable[str]) -> tuple[pa.Table, int]:
     """(unit, count) of every distinct unit of ``texts``, and how many texts were left out to be taken whole."""
     units = _Sums("unit")
     whole = 0
@@ -75,27 +101,6 @@ def count_units(texts: Iterable[str]) -> tuple[pa.Table, int]:
     if batch:
         units.add(*_unit_counts(batch))
     return units.table(), whole
-
-
-def taken_whole(texts: Iterable[str]) -> Iterator[str]:
-    """The texts ``count_units`` left out."""
-    return (text for text in texts if TAKEN_WHOLE.search(text))
-
-
-def words_of_units(
-    units: pa.Table, pre_tokenizer: pre_tokenizers.PreTokenizer, normalize: Normalize | None = None, whole: Iterable[str] = ()
-) -> pa.Table:
-    """(word, count) of the distinct ``units`` (each counted as often as it occurs) and of the ``whole`` texts."""
-    words = _Sums("word")
-    for text in whole:
-        words.add(*_words_of([text], [1], pre_tokenizer, normalize))
-    for start in range(0, len(units), WORDS_PER_CALL):
-        part = units.slice(start, WORDS_PER_CALL)
-        words.add(*_words_of(part.column("unit").to_pylist(), part.column("count").to_pylist(), pre_tokenizer, normalize))
-    counts = words.table()
-    del words
-    pa.default_memory_pool().release_unused()  # the trainer's own counting comes next: not on top of this
-    return counts
 
 
 def repeated_words(counts: pa.Table) -> Iterator[str]:

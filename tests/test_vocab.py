@@ -20,7 +20,6 @@ from corpusforge.corpora.gutenberg import strip_gutenberg
 from corpusforge.encoding import vocab as vocab_module
 from corpusforge.encoding.vocab import (
     WORDPIECE_ALPHABET,
-    Sample,
     _CharTable,
     _fixed_alphabet,
     _wordpiece_tokenizer,
@@ -34,7 +33,7 @@ from corpusforge.encoding.vocab import (
     vocab_manifest,
     vocab_sha256,
 )
-from corpusforge.encoding.word_counts import count_words
+from corpusforge.encoding.word_counts import Sample
 from corpusforge.pipeline.documents_io import documents_table, write_table_atomic
 
 TRAIN_BOOKS = ["11-0.txt", "35-0.txt", "43-0.txt"]
@@ -253,7 +252,7 @@ def test_words_of_units_normalized_alone_are_the_normalizer_words_of_each_text(l
     """What the trainer counts: the words of the normalizer's output over each whole text."""
     tokenizer = _wordpiece_tokenizer({}, lowercase)
     expected = Counter(word for text in texts for word in words(tokenizer.pre_tokenizer, tokenizer.normalizer.normalize_str(text)))
-    counts = count_words(texts, tokenizer.pre_tokenizer, tokenizer.normalizer.normalize_str)
+    counts = Sample.of(texts).words(tokenizer.pre_tokenizer, tokenizer.normalizer.normalize_str)
     assert Counter(dict(zip(counts.column("word").to_pylist(), counts.column("count").to_pylist()))) == expected
 
 

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 
 from corpusforge.encoding import word_counts
 from corpusforge.encoding.vocab import EOT, _wordpiece_tokenizer, train_bpe
-from corpusforge.encoding.word_counts import FEED_CHARS, SEPARATOR, TAKEN_WHOLE, count_words, repeated_words
+from corpusforge.encoding.word_counts import FEED_CHARS, SEPARATOR, TAKEN_WHOLE, Sample, repeated_words
 
 PRE_TOKENIZERS = {"gpt2": pre_tokenizers.ByteLevel(add_prefix_space=False), "bert": pre_tokenizers.BertPreTokenizer()}
 NORMALIZERS = {"gpt2": None, "bert": _wordpiece_tokenizer({}, lowercase=True).normalizer.normalize_str}
@@ -41,7 +41,7 @@ def as_counter(table) -> Counter:
 def test_counts_are_those_of_the_pre_tokenizer_over_each_text(kind, texts, monkeypatch_module):
     """Tiny batches and sums held a few rows at a time: units cut across every batch edge, sums compacted often."""
     pre_tokenizer, normalize = PRE_TOKENIZERS[kind], NORMALIZERS[kind]
-    assert as_counter(count_words(texts, pre_tokenizer, normalize)) == reference_counts(texts, pre_tokenizer, normalize)
+    assert as_counter(Sample.of(texts).words(pre_tokenizer, normalize)) == reference_counts(texts, pre_tokenizer, normalize)
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_sums_of_many_distinct_keys_are_regrouped_a_logarithmic_number_of_times(
 
 
 def test_repeated_words_give_every_word_its_count_in_bounded_pieces():
-    counts = count_words(["the cat and the hat " * 5000, "a\n" * 40_000, "rare"], PRE_TOKENIZERS["gpt2"])
+    counts = Sample.of(["the cat and the hat " * 5000, "a\n" * 40_000, "rare"]).words(PRE_TOKENIZERS["gpt2"])
     pieces = list(repeated_words(counts))
     longest = max(len(word) for word in counts.column("word").to_pylist()) + 1
     assert all(len(piece) <= max(FEED_CHARS, longest) for piece in pieces)
