@@ -64,7 +64,7 @@ def train_wordpiece(
     once: BertNormalizer builds an alignment per byte, over 40% of the trainer's time, for offsets that
     training never reads; the trainer then gets the counted words.
     """
-    sample = texts if isinstance(texts, Sample) else Sample.of(texts)
+    sample = Sample.of(texts)
     tokenizer = _wordpiece_tokenizer({}, lowercase)
     alphabet, continuations = _fixed_alphabet(sample, _CharTable(tokenizer), WORDPIECE_ALPHABET)
     counts = sample.words(tokenizer.pre_tokenizer, tokenizer.normalizer.normalize_str)
@@ -220,7 +220,7 @@ def _chunks(texts: Iterable[str], size: int) -> Iterator[str]:
 
 def train_bpe(texts: Iterable[str] | Sample, out_dir: storage.PathLike, vocab_size: int = 50257, min_frequency: int = 2) -> str:
     """Train a GPT-2 byte-level BPE; writes vocab.json, merges.txt and tokenizer.json into ``out_dir``."""
-    sample = texts if isinstance(texts, Sample) else Sample.of(texts)
+    sample = Sample.of(texts)
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = FEED_PRE_TOKENIZER  # fed the counted words (``word_counts``); GPT-2's below
     tokenizer.decoder = decoders.ByteLevel()

@@ -60,8 +60,10 @@ class Sample(NamedTuple):
     whole: int  # texts left out of the units
 
     @classmethod
-    def of(cls, texts: Iterable[str]) -> Sample:
-        """Count the units of ``texts`` (a one-shot iterator is listed: it may be read again)."""
+    def of(cls, texts: Iterable[str] | Sample) -> Sample:
+        """Count the units of ``texts`` (a one-shot iterator is listed: it may be read again); a sample is itself."""
+        if isinstance(texts, Sample):
+            return texts
         texts = list(texts) if isinstance(texts, Iterator) else texts
         return cls(texts, *_count_units(texts))
 
