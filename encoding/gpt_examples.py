@@ -10,17 +10,72 @@ and every bucket has its own tail: with ``keep_tail`` the tail becomes one windo
 
 Document order inside a bucket is ``stable_hash(seed, doc_id)``: deterministic, and unrelated to
 the source's order so neighbouring windows do not all come from one source.
+
+Documents travel to their bucket as ``DocumentTokens``, one element per (tokenized batch, bucket)
+rather than one per document: per document, Beam's steps, a pickle each way and the offsets BERT
+needs had cost about as much as everything but the tokenizer.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from corpusforge.core.hashing import stable_hash
+from corpusforge.encoding.sentence_tokens import SentenceEncoder
+
+
+@dataclass
+class DocumentTokens:
+    """Documents' token ids one after another: document ``ids[i]`` has the next ``lengths[i]`` tokens."""
+
+    ids: list[str]
+    tokens: np.ndarray
+    lengths: np.ndarray  # int64, one per document
+
+    def documents(self) -> Iterator[tuple[str, np.ndarray]]:
+        """(doc id, tokens) of each document, the tokens a view."""
+        ends = np.cumsum(self.lengths).tolist()
+        for doc_id, start, end in zip(self.ids, [0, *ends], ends):
+            yield doc_id, self.tokens[start:end]
+
+    def take(self, rows: np.ndarray) -> DocumentTokens:
+        """The documents at ``rows``, in that order."""
+        lengths = self.lengths[rows]
+        ends = np.cumsum(lengths)
+        starts = (np.cumsum(self.lengths) - self.lengths)[rows]
+        index = np.repeat(starts - (ends - lengths), lengths) + np.arange(int(ends[-1]))
+        return DocumentTokens([self.ids[row] for row in rows.tolist()], self.tokens[index], lengths)
+
+
+def tokenize_texts(encoder: SentenceEncoder, docs: Sequence[tuple[str, Sequence[str]]]) -> tuple[list[DocumentTokens], Counter]:
+    """A batch's documents with tokens as one ``DocumentTokens``, and the counters ``bert_examples.tokenize_documents``
+    gives a (non-empty) batch."""
+    encoded = encoder.encode([sentences for _, sentences in docs])
+    per_sentence = np.concatenate([np.zeros(0, dtype=np.int64), *(lengths for _, lengths in encoded)])
+    nonempty = int(np.count_nonzero(per_sentence))
+    counters = Counter(
+        documents=len(docs), empty_sentences=len(per_sentence) - nonempty, sentences=nonempty, input_tokens=int(per_sentence.sum())
+    )
+    kept = [(doc_id, tokens) for (doc_id, _), (tokens, _) in zip(docs, encoded) if len(tokens)]
+    if len(kept) < len(docs):
+        counters["empty_documents"] = len(docs) - len(kept)
+    if not kept:
+        return [], counters
+    lengths = np.fromiter((len(tokens) for _, tokens in kept), dtype=np.int64, count=len(kept))
+    return [DocumentTokens([doc_id for doc_id, _ in kept], np.concatenate([tokens for _, tokens in kept]), lengths)], counters
+
+
+def stream_buckets(docs: DocumentTokens, buckets: int, seed: int) -> Iterator[tuple[int, DocumentTokens]]:
+    """The documents split by stream bucket (``stable_hash(seed, "gpt", doc id) % buckets``): each bucket's windows
+    are cut from one token stream of its documents."""
+    owner = np.fromiter((stable_hash(seed, "gpt", doc_id) % buckets for doc_id in docs.ids), dtype=np.int64, count=len(docs.ids))
+    order = np.argsort(owner, kind="stable")
+    for rows in np.split(order, np.flatnonzero(np.diff(owner[order])) + 1):
+        yield int(owner[rows[0]]), docs if len(rows) == len(owner) else docs.take(rows)
 
 
 @dataclass

@@ -239,10 +239,12 @@ class SentenceEncoder:
         return [next(encoded) if ok else next(alone) for ok in fast]
 
     def _encode_ranked(self, sentences: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """A document's ids and tokens per sentence from tiktoken."""
-        ids = [self._ranked.encode_ordinary(sentence) for sentence in sentences]
+        """A document's ids and tokens per sentence from tiktoken, as arrays straight from its buffer: the ids of
+        ``encode_ordinary`` (no added token is allowed, so none is one here), without a Python int per token
+        (13% of tiktoken's time on Wikipedia-shaped articles)."""
+        ids = [self._ranked.encode_to_numpy(sentence, disallowed_special=()) for sentence in sentences]
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        return np.fromiter(chain.from_iterable(ids), dtype=self._dtype, count=int(lengths.sum())), lengths
+        return np.concatenate([np.zeros(0, dtype=np.uint32), *ids], dtype=self._dtype, casting="same_kind"), lengths
 
     def _encode_pieces(self, docs: Sequence[Sequence[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Documents split by GPT-2's pattern here, each distinct pre-token through the word cache."""
@@ -381,7 +383,10 @@ def ranked_bpe(config: dict, byte_chars: list[str]) -> tiktoken.Encoding | None:
             ranks[(left + right).translate(to_bytes).encode("latin-1")] = last = rank
         except UnicodeEncodeError:  # a character outside the byte alphabet
             return None
-    return tiktoken.Encoding("corpusforge-bpe", pat_str=GPT2_PRETOKENS, mergeable_ranks=ranks, special_tokens={})
+    # The added tokens as special tokens only for ``encode_to_numpy``'s search for them, never allowed: with none, tiktoken
+    # tries an empty pattern at every character (40% slower).
+    specials = {token["content"]: token["id"] for token in config.get("added_tokens", [])}
+    return tiktoken.Encoding("corpusforge-bpe", pat_str=GPT2_PRETOKENS, mergeable_ranks=ranks, special_tokens=specials)
 
 
 def _gpt2_byte_chars() -> list[str]:

@@ -5,7 +5,8 @@ time, once per document, before the dupe fan-out) -> for each dupe index ``d`` a
 bucket (``encoding.bert_examples`` explains why this draws random-next segments from the whole
 corpus) -> a file shuffle (``pipeline.file_shuffle``: the producing worker writes the token arrays
 into bucket files, only file names travel through the runner) -> examples of a bucket as numpy columns.
-GPT: documents -> token ids -> hash bucket -> the same file shuffle -> windows of one token stream per bucket.
+GPT: documents -> token ids -> hash bucket -> the same file shuffle -> windows of one token stream per bucket; a
+batch's documents of one bucket travel as one element (``encoding.gpt_examples.DocumentTokens``).
 
 The tokens travel in the shuffle's files rather than staying in one spill file per tokenized batch
 with (id, file, row) references travelling: a bucket is a random sample of the whole corpus, so it
@@ -37,6 +38,7 @@ from __future__ import annotations
 import math
 import os
 import uuid
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -52,9 +54,9 @@ from corpusforge.core import storage
 from corpusforge.core.config import BertConfig, GptConfig, ShardsConfig
 from corpusforge.core.hashing import mix64, stable_hash
 from corpusforge.encoding.bert_examples import MaskingVocab, TokenizedDocument, create_bucket_examples, tokenize_documents
-from corpusforge.encoding.gpt_examples import cut_windows
+from corpusforge.encoding.gpt_examples import DocumentTokens, cut_windows, stream_buckets, tokenize_texts
 from corpusforge.encoding.sentence_tokens import SentenceEncoder
-from corpusforge.encoding.vocab import EOT, load_tokenizer, vocab_manifest
+from corpusforge.encoding.vocab import load_tokenizer, vocab_manifest
 from corpusforge.pipeline import collector
 from corpusforge.pipeline.counters import COUNTERS, merge_counters, only, write_counters
 from corpusforge.pipeline.file_shuffle import FileGroupByKey
@@ -108,14 +110,18 @@ def corpus_size(paths: Sequence[storage.PathLike], text_column: str) -> tuple[in
     return rows, text_bytes
 
 
+BatchTokenizer = Callable[[SentenceEncoder, list[tuple[str, list[str]]]], tuple[list, Counter]]  # a batch -> its elements, counters
+
+
 class TokenizeBatch(beam.DoFn):
-    """A batch of (doc id, sentences) -> (DOC, TokenizedDocument)..., (COUNTERS, dict).
+    """A batch of (doc id, sentences) -> (DOC, element)..., (COUNTERS, dict): ``tokenize``'s elements (BERT: a
+    ``TokenizedDocument`` per document, GPT: one ``DocumentTokens`` per batch).
 
     The tokenizer and its ``SentenceEncoder`` (and word cache) are built once per DoFn instance.
     """
 
-    def __init__(self, vocab_dir: str) -> None:
-        self._vocab_dir = vocab_dir
+    def __init__(self, vocab_dir: str, tokenize: BatchTokenizer) -> None:
+        self._vocab_dir, self._tokenize = vocab_dir, tokenize
 
     def setup(self) -> None:
         collector.relax()
@@ -124,7 +130,7 @@ class TokenizeBatch(beam.DoFn):
         self._encoder = SentenceEncoder(tokenizer, dtype)
 
     def process(self, batch: list[tuple[str, list[str]]]) -> Iterator[tuple[str, object]]:
-        docs, counters = tokenize_documents(self._encoder, batch)
+        docs, counters = self._tokenize(self._encoder, batch)
         for doc in docs:
             yield DOC, doc
         yield COUNTERS, dict(counters)
@@ -168,20 +174,21 @@ class MakeBertExamples(beam.DoFn):
 
 
 class MakeGptWindows(beam.DoFn):
-    """Stream bucket -> its windows spilled to ``temp/examples``; yields only the counters."""
+    """Stream bucket -> its windows spilled to ``temp/examples``; yields only the counters.
 
-    def __init__(self, vocab_dir: str, gpt: GptConfig, temp: str, sort_buckets: int, seed: int) -> None:
-        self._vocab_dir, self._gpt, self._temp, self._sort_buckets, self._seed = vocab_dir, gpt, temp, sort_buckets, seed
+    ``eot`` and ``schema`` come from the launcher's layout: a worker loading the tokenizer for them cost 0.15 CPU-s.
+    """
+
+    def __init__(self, eot: int, schema: pa.Schema, gpt: GptConfig, temp: str, sort_buckets: int, seed: int) -> None:
+        self._eot, self._schema, self._gpt, self._temp, self._sort_buckets, self._seed = eot, schema, gpt, temp, sort_buckets, seed
 
     def setup(self) -> None:
         collector.relax()
-        tokenizer = load_tokenizer(self._vocab_dir)
-        self._eot = tokenizer.token_to_id(EOT)
-        self._schema = gpt_schema(self._gpt.seq_len, tokenizer.get_vocab_size(with_added_tokens=True))
 
-    def process(self, element: tuple[int, Iterable[TokenizedDocument]]) -> Iterator[dict]:
-        bucket, docs = element
-        windows, counters = cut_windows([(d.id, d.tokens) for d in docs], self._eot, self._gpt.seq_len, self._gpt.keep_tail, self._seed)
+    def process(self, element: tuple[int, Iterable[DocumentTokens]]) -> Iterator[dict]:
+        bucket, parts = element
+        docs = [doc for part in parts for doc in part.documents()]
+        windows, counters = cut_windows(docs, self._eot, self._gpt.seq_len, self._gpt.keep_tail, self._seed)
         if len(windows):
             keys = example_keys([stable_hash(self._seed, "gpt-order", bucket)], np.zeros(len(windows), dtype=np.int64))
             spill_pieces(storage.join(self._temp, EXAMPLES_DIR), f"{bucket}", keys, windows.columns(), self._schema, self._sort_buckets)
@@ -189,14 +196,14 @@ class MakeGptWindows(beam.DoFn):
 
 
 class Tokenize(beam.PTransform):
-    """Batches of (doc id, sentences) -> (TokenizedDocuments, counters)."""
+    """Batches of (doc id, sentences) -> (``tokenize``'s elements, counters)."""
 
-    def __init__(self, vocab_dir: str) -> None:
+    def __init__(self, vocab_dir: str, tokenize: BatchTokenizer) -> None:
         super().__init__()
-        self.vocab_dir = vocab_dir
+        self.vocab_dir, self.tokenize = vocab_dir, tokenize
 
     def expand(self, batches: beam.PCollection) -> tuple[beam.PCollection, beam.PCollection]:
-        tokenized = batches | "Tokenize" >> beam.ParDo(TokenizeBatch(self.vocab_dir))
+        tokenized = batches | "Tokenize" >> beam.ParDo(TokenizeBatch(self.vocab_dir, self.tokenize))
         return tokenized | "Docs" >> beam.FlatMap(only, DOC), tokenized | "Counters" >> beam.FlatMap(only, COUNTERS)
 
 
@@ -223,18 +230,18 @@ def _row_groups(path: str) -> int:
 
 
 class SpillExamples(beam.PTransform):
-    """Batches of (doc id, sentences) -> the counters file: tokenized documents grouped by ``assign`` (BERT: a
+    """Batches of (doc id, sentences) -> the counters file: ``tokenize``'s elements grouped by ``assign`` (BERT: a
     partner bucket per dupe index; GPT: a stream bucket) through files in ``temp/shuffle``, and each group's
     examples spilled by ``make`` into ``temp/examples``."""
 
     def __init__(
-        self, job: Job, assign: Callable[[TokenizedDocument], Iterable[tuple[object, TokenizedDocument]]], make: beam.DoFn
+        self, job: Job, tokenize: BatchTokenizer, assign: Callable[[object], Iterable[tuple[object, object]]], make: beam.DoFn
     ) -> None:
         super().__init__()
-        self.job, self.assign, self.make = job, assign, make
+        self.job, self.tokenize, self.assign, self.make = job, tokenize, assign, make
 
     def expand(self, batches: beam.PCollection) -> beam.PCollection:
-        docs, tokenize_counters = batches | "Tokenize" >> Tokenize(self.job.vocab_dir)
+        docs, tokenize_counters = batches | "Tokenize" >> Tokenize(self.job.vocab_dir, self.tokenize)
         example_counters = (
             docs
             | "Buckets" >> beam.FlatMap(self.assign)
@@ -250,15 +257,15 @@ def bert_examples(job: Job, bert: BertConfig, size: tuple[int, int]) -> beam.PTr
     """Batches of (doc id, sentences) -> the counters file; examples spilled by partner bucket."""
     buckets = bucket_count(*size, bert.partner_bucket_size, bert.partner_bucket_bytes)
     make = MakeBertExamples(job.vocab_dir, bert, job.temp, job.sort_buckets, job.seed)
-    return SpillExamples(job, partial(partner_buckets, buckets=buckets, bert=bert, seed=job.seed), make)
+    return SpillExamples(job, tokenize_documents, partial(partner_buckets, buckets=buckets, bert=bert, seed=job.seed), make)
 
 
-def gpt_windows(job: Job, gpt: GptConfig, size: tuple[int, int]) -> beam.PTransform:
+def gpt_windows(job: Job, gpt: GptConfig, size: tuple[int, int], layout: Layout) -> beam.PTransform:
     """Batches of (doc id, text) -> the counters file; windows of each stream bucket spilled."""
     buckets = bucket_count(*size, gpt.docs_per_bucket, gpt.bucket_bytes)
-    make = MakeGptWindows(job.vocab_dir, gpt, job.temp, job.sort_buckets, job.seed)
+    make = MakeGptWindows(layout.manifest["vocab"]["special_ids"]["eot"], layout.schema, gpt, job.temp, job.sort_buckets, job.seed)
     return "OneText" >> beam.Map(_as_one_sentence) | "Windows" >> SpillExamples(
-        job, partial(gpt_bucket, buckets=buckets, seed=job.seed), make
+        job, tokenize_texts, partial(stream_buckets, buckets=buckets, seed=job.seed), make
     )
 
 
@@ -439,11 +446,6 @@ def write_bert_shards(
         return run_job(pipeline_options, source, bert_examples(job, bert, size), job, out_dir, layout, shards, cut_on_workers)
 
 
-def gpt_bucket(doc: TokenizedDocument, buckets: int, seed: int) -> Iterator[tuple[int, TokenizedDocument]]:
-    """The document's stream bucket: its windows are cut from one token stream with the bucket's other documents."""
-    yield stable_hash(seed, "gpt", doc.id) % buckets, doc
-
-
 def write_gpt_shards(
     pipeline_options: PipelineOptions,
     doc_paths: Sequence[storage.PathLike],
@@ -463,5 +465,5 @@ def write_gpt_shards(
     sort_buckets = sort_bucket_count(size[1] / BYTES_PER_TOKEN / (gpt.seq_len + 1), row_bytes(layout.schema), shards)
     with spill_folder(out_dir, work) as temp:
         job = Job(os.fspath(vocab_dir), temp, sort_buckets, seed)
-        graph = gpt_windows(job, gpt, size)
+        graph = gpt_windows(job, gpt, size, layout)
         return run_job(pipeline_options, ReadBatches(doc_paths, ("id", "text")), graph, job, out_dir, layout, shards, cut_on_workers)

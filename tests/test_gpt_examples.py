@@ -17,7 +17,9 @@ from corpusforge.core.config import GptConfig, ShardsConfig
 from corpusforge.core.hashing import stable_hash
 from corpusforge.corpora.document import Document
 from corpusforge.corpora.gutenberg import strip_gutenberg
-from corpusforge.encoding.gpt_examples import cut_windows
+from corpusforge.encoding.bert_examples import tokenize_documents
+from corpusforge.encoding.gpt_examples import cut_windows, stream_buckets, tokenize_texts
+from corpusforge.encoding.sentence_tokens import SentenceEncoder
 from corpusforge.encoding.vocab import load_tokenizer
 from corpusforge.pipeline.documents_io import documents_table, write_table_atomic
 from corpusforge.pipeline.examples_stage import write_gpt_shards
@@ -153,3 +155,16 @@ def test_documents_follow_the_seeded_order_of_their_ids():
         assert order == sorted((doc_id for doc_id, _ in docs), key=lambda doc_id: stable_hash(seed, doc_id))
         orders.append(order)
     assert orders[0] != orders[1]
+
+
+def test_a_batch_travels_as_the_documents_and_counters_of_one_per_document(bpe_dir):
+    """``tokenize_texts`` keeps what ``tokenize_documents`` keeps (empty documents left out, the same counters), and
+    ``stream_buckets`` hands each bucket exactly its documents' tokens."""
+    encoder = SentenceEncoder(load_tokenizer(bpe_dir), np.dtype(np.uint16))
+    batch = [(f"doc-{i}", [text]) for i, text in enumerate(["Hello world.", "", "Ünïcode ¶ text", "a", "", "The end<|endoftext|>"])]
+    [packed], counters = tokenize_texts(encoder, batch)
+    docs, want = tokenize_documents(encoder, batch)
+    assert counters == want and counters["empty_documents"] == 2
+    assert [(doc_id, tokens.tolist()) for doc_id, tokens in packed.documents()] == [(d.id, d.tokens.tolist()) for d in docs]
+    split = {(bucket, doc_id): tokens.tolist() for bucket, part in stream_buckets(packed, 3, seed=5) for doc_id, tokens in part.documents()}
+    assert split == {(stable_hash(5, "gpt", doc.id) % 3, doc.id): doc.tokens.tolist() for doc in docs}
