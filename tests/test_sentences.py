@@ -13,7 +13,18 @@ from hypothesis import strategies as st
 
 from corpusforge.corpora.books import read_book
 from corpusforge.corpora.document import Document
-from corpusforge.corpora.sentences import _INITIAL_OR_TITLE_PERIOD, _MISSED_END, _TITLES, _blingfire_cuts, split_sentences
+from corpusforge.corpora.sentences import (
+    _ABBREVIATIONS,
+    _INITIAL_OR_TITLE_PERIOD,
+    _LOOKBEHIND,
+    _MISSED_END,
+    _MONTHS,
+    _TITLES,
+    _after_abbreviation,
+    _blingfire_cuts,
+    _word_before_period,
+    split_sentences,
+)
 
 TRICKY = [
     # blingfire alone joins these: a sentence that starts with a title or initials
@@ -164,3 +175,34 @@ def test_missed_end_finds_what_the_plain_pattern_finds_and_the_precheck_never_hi
     plain = [(m.end("end"), m.end()) for m in _PLAIN_MISSED_END.finditer(text)]
     assert [(m.end("end"), m.end()) for m in _MISSED_END.finditer(text)] == plain
     assert _INITIAL_OR_TITLE_PERIOD.search(text) or not plain
+
+
+def _after_abbreviation_by_word(paragraph: str, cut: int) -> bool:
+    """Reference for ``_after_abbreviation``: its rule with the word always found (no shortcut from the characters around the cut)."""
+    after = paragraph[cut : cut + _LOOKBEHIND].lstrip()[:1]
+    if after.islower():
+        return True
+    word = _word_before_period(paragraph[max(0, cut - _LOOKBEHIND) : cut].rstrip())
+    if word is None or not (after.isupper() or after.isdigit()):
+        return False
+    if after.isdigit() and word.lower() in _MONTHS:
+        return True
+    return word.lower() in _ABBREVIATIONS or (len(word) == 1 and word.isupper())
+
+
+# Abbreviations and months in any case (and letters whose lowercase is longer or ASCII), ordinary words and numbers, spaces.
+ABBREVIATION_TEXT = st.lists(
+    st.sampled_from(
+        ["Mr.", "MRS.", "mRs.", "Col.", "xCol.", "Sept.", "SEPT.", "Oct.", "No.", "e.g.", "J.", "É.", "İnc.", "\u212aol.", "ship.", "1943."]
+        + ["depart.", "ART.", "3", "The", "he", "“", "(", "?", "!", " ", " ", "  ", "\n", "\xa0", " " * 41]
+    ),
+    min_size=1,
+    max_size=30,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ABBREVIATION_TEXT)
+def test_after_abbreviation_decides_every_cut_as_finding_the_word_does(paragraph: str) -> None:
+    cuts = range(len(paragraph))  # every position a blingfire cut can take
+    assert [_after_abbreviation(paragraph, cut) for cut in cuts] == [_after_abbreviation_by_word(paragraph, cut) for cut in cuts]
