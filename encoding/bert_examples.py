@@ -116,19 +116,26 @@ class MaskingVocab:
 
 def tokenize_documents(encoder: SentenceEncoder, docs: Sequence[tuple[str, Sequence[str]]]) -> tuple[list[TokenizedDocument], Counter]:
     """Token ids of every sentence of ``docs`` (``SentenceEncoder``: few tokenizer calls); empty sentences are dropped."""
-    out: list[TokenizedDocument] = []
-    counters: Counter = Counter()
-    for (doc_id, _), (tokens, lengths) in zip(docs, encoder.encode([sentences for _, sentences in docs])):
-        kept = lengths[lengths > 0]
-        counters["empty_sentences"] += len(lengths) - len(kept)
-        if len(kept) == 0:
-            counters["empty_documents"] += 1
-        else:
-            out.append(TokenizedDocument(doc_id, tokens, np.concatenate([[0], np.cumsum(kept)]).astype(np.int64)))
-        counters["sentences"] += len(kept)
-        counters["input_tokens"] += int(kept.sum())
-    counters["documents"] += len(docs)
-    return out, counters
+    encoded = encoder.encode([sentences for _, sentences in docs])
+    out = [
+        TokenizedDocument(doc_id, tokens, np.concatenate([[0], np.cumsum(lengths[lengths > 0])]).astype(np.int64))
+        for (doc_id, _), (tokens, lengths) in zip(docs, encoded)
+        if len(tokens)
+    ]
+    return out, batch_counters(len(docs), encoded)
+
+
+def batch_counters(documents: int, encoded: Sequence[tuple[np.ndarray, np.ndarray]]) -> Counter:
+    """A tokenized batch's counters: its documents, non-empty and empty sentences, tokens, and documents left without one."""
+    per_sentence = np.concatenate([np.zeros(0, dtype=np.int64), *(lengths for _, lengths in encoded)])
+    sentences = int(np.count_nonzero(per_sentence))
+    counters = Counter(
+        documents=documents, empty_sentences=len(per_sentence) - sentences, sentences=sentences, input_tokens=int(per_sentence.sum())
+    )
+    empty = sum(1 for tokens, _ in encoded if not len(tokens))
+    if empty:
+        counters["empty_documents"] = empty
+    return counters
 
 
 @dataclass

@@ -25,6 +25,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from corpusforge.core.hashing import stable_hash
+from corpusforge.encoding.bert_examples import batch_counters
 from corpusforge.encoding.sentence_tokens import SentenceEncoder
 
 
@@ -52,17 +53,11 @@ class DocumentTokens:
 
 
 def tokenize_texts(encoder: SentenceEncoder, docs: Sequence[tuple[str, Sequence[str]]]) -> tuple[list[DocumentTokens], Counter]:
-    """A batch's documents with tokens as one ``DocumentTokens``, and the counters ``bert_examples.tokenize_documents``
-    gives a (non-empty) batch."""
+    """A batch's documents with tokens as one ``DocumentTokens`` (no per-document offsets: windows ignore sentences), and
+    the counters ``tokenize_documents`` gives."""
     encoded = encoder.encode([sentences for _, sentences in docs])
-    per_sentence = np.concatenate([np.zeros(0, dtype=np.int64), *(lengths for _, lengths in encoded)])
-    nonempty = int(np.count_nonzero(per_sentence))
-    counters = Counter(
-        documents=len(docs), empty_sentences=len(per_sentence) - nonempty, sentences=nonempty, input_tokens=int(per_sentence.sum())
-    )
     kept = [(doc_id, tokens) for (doc_id, _), (tokens, _) in zip(docs, encoded) if len(tokens)]
-    if len(kept) < len(docs):
-        counters["empty_documents"] = len(docs) - len(kept)
+    counters = batch_counters(len(docs), encoded)
     if not kept:
         return [], counters
     lengths = np.fromiter((len(tokens) for _, tokens in kept), dtype=np.int64, count=len(kept))
