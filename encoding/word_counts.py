@@ -40,7 +40,7 @@ Normalize = Callable[[str], str]  # a vocabulary's normalizer, text to text
 BATCH_CHARS = 4_000_000  # text cut into units at a time: its numpy temporaries ~30 MB; 1 M cost 15% more in sums of its counts
 COMPACT_ROWS = 500_000  # (unit or word, count) rows held before they are summed up again
 WORDS_PER_CALL = 4_096  # distinct units pre-tokenized between two additions of their words
-FEED_CHARS = 16_384  # characters of repeated words per sequence handed to the trainer (it buffers 256; byte-level words are 2 bytes a character in Python)
+FEED_CHARS = 1_024  # characters of repeated words per sequence handed to the trainer: a few hundred words, whose small strings glibc's cache (``processes.MALLOC_TUNABLES``) then recycles
 SEPARATOR = "\n"
 FEED_PRE_TOKENIZER = pre_tokenizers.CharDelimiterSplit(SEPARATOR)
 

@@ -14,6 +14,7 @@ import pytest
 from corpusforge.core.config import RunConfig
 from corpusforge.pipeline.forked_workers import forkserver_scope
 from corpusforge.pipeline.options import pipeline_options
+from corpusforge.processes import MALLOC_TUNABLES, in_fresh_process, tuned_allocator
 
 
 def _where(x: int, out: str) -> int:
@@ -69,3 +70,33 @@ def test_a_failing_worker_step_fails_the_job() -> None:
 
     with forkserver_scope(), pytest.raises(Exception, match="bad element"):
         _pipeline(fail, items=3).run().wait_until_finish()
+
+
+def _tunables_at_start() -> str:
+    """The GLIBC_TUNABLES this process was started with, which glibc read then (a forked one keeps its server's).
+
+    From /proc/self/environ, where glibc has put a NUL after each tunable it parsed: they come back ":"-joined."""
+    items = Path("/proc/self/environ").read_text().split("\0")
+    first = next((i for i, item in enumerate(items) if item.startswith("GLIBC_TUNABLES=")), None)
+    if first is None:
+        return "-"
+    rest = [items[first].partition("=")[2]] + [item for item in items[first + 1 :] if item.startswith("glibc.")]
+    return ":".join(rest)
+
+
+def _started_with(x: int, out: str) -> int:
+    with open(f"{out}.{os.getpid()}", "a") as f:
+        f.write(_tunables_at_start() + "\n")
+    return x
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc (Linux), where glibc's tunables apply")
+def test_processes_a_build_starts_get_the_allocator_settings_after_the_users_own(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
+    out = tmp_path / "tunables"
+    with tuned_allocator(), forkserver_scope():
+        _pipeline(lambda x, out=str(out): _started_with(x, out), items=4).run().wait_until_finish()
+        spawned = in_fresh_process(_tunables_at_start)
+    seen = {line for path in tmp_path.glob("tunables.*") for line in path.read_text().splitlines()}
+    assert seen == {spawned} == {f"{MALLOC_TUNABLES}:glibc.malloc.arena_max=2"}  # the user's come last: theirs win
+    assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2"  # the launcher's own, as before
