@@ -28,7 +28,6 @@ from corpusforge.pipeline.forked_workers import forkserver_scope
 from corpusforge.pipeline.manifest import package_versions
 from corpusforge.pipeline.summary import SourceStats, stats_to_json
 from corpusforge.plan import Plan, made_from, parts_of, plan_build
-from corpusforge.processes import tuned_allocator
 from corpusforge.stages import BY_NAME, DOCUMENTS, STAGES, Context
 
 log = logging.getLogger(__name__)
@@ -66,7 +65,6 @@ def run_build(cfg: Config, force: bool = False) -> BuildResult:
     with (
         build_lock(layout, cfg.run.lock_lease_s),
         collector.relaxed(),  # the launcher runs stages too (vocab, in-memory jobs)
-        tuned_allocator(),  # before the forkserver starts: its workers inherit it
         forkserver_scope(),  # the workers of every multi_processing job fork from one server
     ):
         plan = plan_build(cfg, layout, force)  # reads only: a missing prerequisite stops the build before anything changes

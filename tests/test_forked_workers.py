@@ -14,7 +14,7 @@ import pytest
 from corpusforge.core.config import RunConfig
 from corpusforge.pipeline.forked_workers import forkserver_scope
 from corpusforge.pipeline.options import pipeline_options
-from corpusforge.processes import MALLOC_TUNABLES, in_fresh_process, tuned_allocator
+from corpusforge.processes import MALLOC_TUNABLES, in_fresh_process
 
 
 def _where(x: int, out: str) -> int:
@@ -91,12 +91,14 @@ def _started_with(x: int, out: str) -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc (Linux), where glibc's tunables apply")
-def test_processes_a_build_starts_get_the_allocator_settings_after_the_users_own(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_the_fresh_process_gets_the_allocator_settings_before_the_users_own_and_workers_only_the_users(
+    tmp_path: Path,
+    monkeypatch,  # noqa: ANN001
+) -> None:
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
     out = tmp_path / "tunables"
-    with tuned_allocator(), forkserver_scope():
+    with forkserver_scope():
         _pipeline(lambda x, out=str(out): _started_with(x, out), items=4).run().wait_until_finish()
-        spawned = in_fresh_process(_tunables_at_start)
-    seen = {line for path in tmp_path.glob("tunables.*") for line in path.read_text().splitlines()}
-    assert seen == {spawned} == {f"{MALLOC_TUNABLES}:glibc.malloc.arena_max=2"}  # the user's come last: theirs win
-    assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2"  # the launcher's own, as before
+    assert in_fresh_process(_tunables_at_start) == f"{MALLOC_TUNABLES}:glibc.malloc.arena_max=2"  # the user's last: theirs win
+    assert {line for path in tmp_path.glob("tunables.*") for line in path.read_text().splitlines()} == {"glibc.malloc.arena_max=2"}
+    assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2"  # this process's own, as before
