@@ -15,6 +15,7 @@ its own, never from the launcher, which runs Beam's and gRPC's threads.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -131,7 +132,12 @@ class ForkedSdkWorkerHandler(GrpcWorkerHandler):
 
 
 def _worker_main(environment: dict[str, str]) -> None:
-    """In the forked worker: Beam's worker program, with the variables its command line would have had."""
+    """In the forked worker: Beam's worker program, with the variables its command line would have had.
+
+    What it inherits from the server (~245k objects: Beam, numpy, our steps) lives as long as it does, so it is
+    moved out of the collector's sight: a documents worker's collections on 100 MB of articles took 1.0 CPU-s, 0.3
+    with it (each full collection walked them all)."""
+    gc.freeze()
     os.environ.clear()
     os.environ.update(environment)
     from apache_beam.runners.worker import sdk_worker_main

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 import time
@@ -102,3 +103,18 @@ def test_the_fresh_process_gets_the_allocator_settings_before_the_users_own_and_
     assert in_fresh_process(_tunables_at_start) == f"{MALLOC_TUNABLES}:glibc.malloc.arena_max=2"  # the user's last: theirs win
     assert {line for path in tmp_path.glob("tunables.*") for line in path.read_text().splitlines()} == {"glibc.malloc.arena_max=2"}
     assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2"  # this process's own, as before
+
+
+def _frozen(x: int, out: str) -> int:
+    with open(f"{out}.{os.getpid()}", "a") as f:
+        f.write(f"{gc.get_freeze_count()}\n")
+    return x
+
+
+def test_a_worker_keeps_what_it_inherits_out_of_the_collectors_walks(tmp_path: Path) -> None:
+    """Beam and our steps, imported by the server, are frozen in each worker: its full collections skip them."""
+    out = tmp_path / "frozen"
+    with forkserver_scope():
+        _pipeline(lambda x, out=str(out): _frozen(x, out), items=4).run().wait_until_finish()
+    counts = [int(line) for path in tmp_path.glob("frozen.*") for line in path.read_text().splitlines()]
+    assert len(counts) == 4 and min(counts) > 100_000  # Beam's modules alone are well over that
