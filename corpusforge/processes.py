@@ -22,12 +22,12 @@ MALLOC_TUNABLES = "glibc.malloc.tcache_count=1024"
 def in_fresh_process(fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)`` in a spawned process started with ``MALLOC_TUNABLES``: the trainers' memory goes back to the
     system when it exits, and the launcher's heap (Beam's runner state from the documents job) is not added to theirs."""
-    with tuned_allocator(), ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with _tuned_allocator(), ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         return pool.submit(fn, *args).result()
 
 
 @contextmanager
-def tuned_allocator() -> Iterator[None]:
+def _tuned_allocator() -> Iterator[None]:
     """Processes started inside get ``MALLOC_TUNABLES`` (before the user's own ``GLIBC_TUNABLES``: theirs win); other
     C libraries ignore the variable. This process's environment is as it was afterwards."""
     before = os.environ.get("GLIBC_TUNABLES")

@@ -49,7 +49,7 @@ from tokenizers import Tokenizer
 
 from corpusforge.core.config import BertConfig
 from corpusforge.core.hashing import rng_for
-from corpusforge.encoding.sentence_tokens import SentenceEncoder
+from corpusforge.encoding.sentence_tokens import SentenceEncoder, batch_counters
 
 # Examples built together: numpy over many short documents at once, while the [rows, max_seq_length]
 # temporaries of a bucket of long books stay a few MB. The examples do not depend on it (``BucketRandoms``).
@@ -123,19 +123,6 @@ def tokenize_documents(encoder: SentenceEncoder, docs: Sequence[tuple[str, Seque
         if len(tokens)
     ]
     return out, batch_counters(len(docs), encoded)
-
-
-def batch_counters(documents: int, encoded: Sequence[tuple[np.ndarray, np.ndarray]]) -> Counter:
-    """A tokenized batch's counters: its documents, non-empty and empty sentences, tokens, and documents left without one."""
-    per_sentence = np.concatenate([np.zeros(0, dtype=np.int64), *(lengths for _, lengths in encoded)])
-    sentences = int(np.count_nonzero(per_sentence))
-    counters = Counter(
-        documents=documents, empty_sentences=len(per_sentence) - sentences, sentences=sentences, input_tokens=int(per_sentence.sum())
-    )
-    empty = sum(1 for tokens, _ in encoded if not len(tokens))
-    if empty:
-        counters["empty_documents"] = empty
-    return counters
 
 
 @dataclass

@@ -25,8 +25,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from corpusforge.core.hashing import stable_hash
-from corpusforge.encoding.bert_examples import batch_counters
-from corpusforge.encoding.sentence_tokens import SentenceEncoder
+from corpusforge.encoding.sentence_tokens import SentenceEncoder, batch_counters
 
 
 @dataclass

@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections import Counter
 from itertools import chain, compress, repeat
 from typing import Sequence
 
@@ -394,3 +395,16 @@ def _gpt2_byte_chars() -> list[str]:
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     shifted = iter(range(256, 512))
     return [chr(b) if b in printable else chr(next(shifted)) for b in range(256)]
+
+
+def batch_counters(documents: int, encoded: Sequence[tuple[np.ndarray, np.ndarray]]) -> Counter:
+    """Counters of one batch of ``SentenceEncoder.encode``: documents, non-empty and empty sentences, tokens, documents left empty."""
+    per_sentence = np.concatenate([np.zeros(0, dtype=np.int64), *(lengths for _, lengths in encoded)])
+    sentences = int(np.count_nonzero(per_sentence))
+    counters = Counter(
+        documents=documents, empty_sentences=len(per_sentence) - sentences, sentences=sentences, input_tokens=int(per_sentence.sum())
+    )
+    empty = sum(1 for tokens, _ in encoded if not len(tokens))
+    if empty:
+        counters["empty_documents"] = empty
+    return counters
