@@ -24,11 +24,12 @@ WINDOWS = 5
 # the documents job there). bench/language_sample.py: 2 of 1,081 shared documents (two multilingual web pages)
 # get another verdict than on their whole text; none of the articles or books.
 WINDOW_CHARS = 400
-_POSITION_BITS = 24  # texts up to 16 MB; longer ones take py3langid's own walk
+_POSITION_BITS = 24  # visits numbered in a key: texts up to 16 MB; longer ones take py3langid's own walk
 _POSITION_MASK = (1 << _POSITION_BITS) - 1
 _FEATURE_MASK = (1 << 17) - 1  # feature ids: the model has 100,053 (``visits_many`` packs them in 17 bits)
-_TEXT_SHIFT = _POSITION_BITS + 17  # (text, feature, position) in one int64 key: up to 2^22 texts at once
+_TEXT_SHIFT = _POSITION_BITS + 17  # (text, feature, visit) in one int64 key: up to 2^22 texts at once
 _SHORT_BYTES = 2048  # texts ``classify_many`` counts together: longer ones gain nothing from it (4 KB articles: none)
+_TEXTS_TOGETHER = (1 << _POSITION_BITS) // _SHORT_BYTES  # their visits numbered in a key's low bits
 CONTEXT = 6  # bytes after which the DFA's state no longer depends on what came before (see context_bytes)
 
 
@@ -54,58 +55,55 @@ class VectorIdentifier(LanguageIdentifier):
         return states
 
     def visits(self, data: bytes) -> tuple[np.ndarray, np.ndarray]:
-        """(features, counts) in order of first occurrence, as py3langid's ``visit_counts`` counts them.
-
-        One sort of (feature, position) keys groups the features and puts each group's first position
-        first; a second sort of (first position, group) orders the groups (plain sorts: ``np.unique``
-        and ``argsort`` cost several times more on a few thousand keys)."""
-        features = self._outputs[self.states(data)]
-        features = features[features >= 0]
-        if not len(features):
-            return features, features
-        keys = np.sort((features << _POSITION_BITS) | np.arange(len(features)))
-        grouped = keys >> _POSITION_BITS
-        starts = np.flatnonzero(np.concatenate(([True], grouped[1:] != grouped[:-1])))
-        counts = np.diff(np.append(starts, len(keys)))
-        order = np.sort(((keys[starts] & _POSITION_MASK) << _POSITION_BITS) | np.arange(len(starts))) & _POSITION_MASK
-        return grouped[starts][order], counts[order]
+        """(features, counts) in order of first occurrence, as py3langid's ``visit_counts`` counts them (under 16 MB)."""
+        return self.visits_many([data])[0]
 
     def visits_many(self, datas: list[bytes]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """``visits`` of each text, for many short texts at once: the ``CONTEXT`` gathers run over the texts
-        joined (a position reads only bytes of its own text, as ``states`` does at a text's start), and one
-        sort of (text, feature, position) keys groups them all (a few numpy calls per text cost more than
-        the walk of a 400-byte page)."""
+        """``visits`` of each text (together under 16 MB), all at once: the ``CONTEXT`` gathers run over the texts joined
+        (a position reads only bytes of its own text, as ``states`` does at a text's start), one sort of (text,
+        feature, visit) keys groups the visits and puts each group's first visit first, and marking those in visiting
+        order puts the groups in order of first occurrence (a few numpy calls per text cost more than the walk of a
+        400-byte page; a second sort, of the groups by first visit, cost as much as the first)."""
         lengths = np.fromiter(map(len, datas), dtype=np.intp, count=len(datas))
         starts = np.cumsum(lengths) - lengths
         text = np.frombuffer(b"".join(datas), dtype=np.uint8).astype(np.intp)
-        offsets = np.arange(len(text)) - np.repeat(starts, lengths)  # each byte's position in its own text
         states = np.zeros(len(text), dtype=np.intp)
         for back in range(min(CONTEXT, len(text)) - 1, -1, -1):
-            moved = self._moves[self._rowbases[states[back:]] + text[: len(text) - back]]
-            states[back:] = np.where(offsets[back:] >= back, moved, states[back:]) if back else moved
+            heads = _heads(starts, lengths, back)  # a text's first ``back`` bytes: the byte ``back`` before is another text's
+            kept = states[heads]
+            rows = self._rowbases[states[back:]]
+            rows += text[: len(text) - back]
+            states[back:] = self._moves[rows]
+            states[heads] = kept
         features = self._outputs[states]
         found = features >= 0
-        texts = np.repeat(np.arange(len(datas)), lengths)[found]
-        keys = np.sort((texts << _TEXT_SHIFT) | (features[found] << _POSITION_BITS) | offsets[found])
-        if not len(keys):  # no features in any text (or no text)
-            return [(keys, keys)] * len(datas)
-        groups = keys >> _POSITION_BITS  # (text, feature)
+        texts, features = np.repeat(np.arange(len(datas)), lengths)[found], features[found]
+        if not len(features):  # no features in any text (or no text)
+            return [(features, features)] * len(datas)
+        # grouped by (text, feature), each group's first key is its first visit: (text, feature, index of the visit)
+        keys = np.sort((texts << _TEXT_SHIFT) | (features << _POSITION_BITS) | np.arange(len(features)))
+        groups = keys >> _POSITION_BITS
         firsts = np.flatnonzero(np.concatenate(([True], groups[1:] != groups[:-1])))
-        counts = np.diff(np.append(firsts, len(keys)))
-        group_texts = groups[firsts] >> (_TEXT_SHIFT - _POSITION_BITS)
-        order = np.argsort((group_texts << _POSITION_BITS) | (keys[firsts] & _POSITION_MASK))  # by text, then first position
-        features, counts = (groups[firsts] & _FEATURE_MASK)[order], counts[order]
-        bounds = np.searchsorted(group_texts[order], np.arange(len(datas) + 1)).tolist()
+        visits = keys[firsts] & _POSITION_MASK
+        first = np.zeros(len(features), dtype=bool)
+        first[visits] = True  # first visits, read back in visiting order: by text, then position
+        counts = np.empty(len(features), dtype=np.intp)
+        counts[visits] = np.diff(np.append(firsts, len(keys)))
+        texts, features, counts = texts[first], features[first], counts[first]
+        bounds = np.searchsorted(texts, np.arange(len(datas) + 1)).tolist()
         return [(features[a:b], counts[a:b]) for a, b in zip(bounds, bounds[1:])]
 
     def classify_many(self, texts: list[str]) -> list[tuple[str, float]]:
         """``classify`` of each text (py3langid's own decision), the features of the short ones counted by ``visits_many``."""
         datas = [self._encode(text) for text in texts]
-        short = list({data for data in datas if len(data) <= _SHORT_BYTES})[: 1 << (63 - _TEXT_SHIFT)]
+        short = list({data for data in datas if len(data) <= _SHORT_BYTES})
         if len(self.nb_ptc) > _FEATURE_MASK + 1:  # a model with more features than the keys hold: one text at a time
             short = []
         # keyed by a text's bytes: entries a concurrent call left are as right as this call's own
-        self._visited = dict(zip(short, self.visits_many(short)))
+        self._visited = {}
+        for start in range(0, len(short), _TEXTS_TOGETHER):
+            together = short[start : start + _TEXTS_TOGETHER]
+            self._visited.update(zip(together, self.visits_many(together)))
         try:
             return [self.classify(text) for text in texts]
         finally:
@@ -119,6 +117,12 @@ class VectorIdentifier(LanguageIdentifier):
         if not len(features):
             return super()._raw_score(text)  # no features: py3langid's own fill
         return np.log1p(counts.astype(np.float32)) @ self.nb_ptc[features] + self.nb_pc
+
+
+def _heads(starts: np.ndarray, lengths: np.ndarray, count: int) -> np.ndarray:
+    """Positions of the first ``count`` bytes of each text (those it has)."""
+    firsts = starts[:, None] + np.arange(count)
+    return firsts[np.arange(count) < lengths[:, None]]
 
 
 @cache
