@@ -12,7 +12,7 @@ _U64 = (1 << 64) - 1
 
 def stable_hash(*parts: object) -> int:
     """64-bit hash of the parts that is identical in every process (Python's ``hash`` is salted)."""
-    data = "\x1f".join(str(part) for part in parts).encode("utf-8")
+    data = "\x1f".join(map(str, parts)).encode("utf-8")
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
