@@ -188,12 +188,13 @@ class SentenceEncoder:
         encoded = pc.list_flatten(chunks).dictionary_encode()
         (rows,) = self._rows([encoded.dictionary.to_pylist()])
         codes = rows[encoded.indices.to_numpy()]
-        bounds = chunks.offsets.to_numpy().tolist()
-        return [self._gather(codes[start:end], count) for start, end, count in zip(bounds, bounds[1:], counts)]
+        return self._gather(codes, chunks.offsets.to_numpy(), counts)
 
     def _lookup(self, words: list[list[str]], counts: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Ids of word lists (sentences ended by the mark): each distinct word through the model once, then a gather."""
-        return [self._gather(codes, count) for codes, count in zip(self._rows(words), counts)]
+        codes = self._rows(words)
+        bounds = np.cumsum([0, *map(len, codes)])
+        return self._gather(np.concatenate([np.zeros(0, dtype=np.int64), *codes]), bounds, counts)
 
     def _rows(self, words: list[list[str]]) -> list[np.ndarray]:
         """Each word's row in the cache arrays, the words not seen yet encoded (at once) and added."""
@@ -215,18 +216,27 @@ class SentenceEncoder:
             codes[i][positions] = [self._word_index[words[i][j]] for j in positions.tolist()]
         return codes
 
-    def _gather(self, codes: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """A text's ids (its words' ids one after another) and tokens per sentence (the mark, row 0, ends one)."""
-        if count == 0:
-            return np.zeros(0, dtype=self._dtype), np.zeros(0, dtype=np.int64)
+    def _gather(self, codes: np.ndarray, bounds: np.ndarray, counts: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each text's ids (its words' ids one after another) and tokens per sentence, texts' words being
+        ``codes[bounds[i]:bounds[i + 1]]`` (the mark, row 0, ends a sentence), gathered for all texts at once.
+
+        A sentence ends at a mark, or at its text's end; a text starts a sentence unless it has none."""
         lengths = self._word_lengths[codes]
         ends = np.cumsum(lengths)
-        index = np.repeat(self._word_starts[codes] - (ends - lengths), lengths) + np.arange(int(ends[-1]) if len(ends) else 0)
+        total = int(ends[-1]) if len(ends) else 0
+        ids = self._word_ids[np.repeat(self._word_starts[codes] - (ends - lengths), lengths) + np.arange(total)]
+        firsts = np.concatenate([[0], ends])[bounds]  # each text's first token, and the end of all
         marks = np.flatnonzero(codes == 0)
-        if len(marks) != count - 1:
-            raise AssertionError(f"{len(marks)} sentence marks for {count} sentences")
-        bounds = np.concatenate([[0], ends[marks], [ends[-1] if len(ends) else 0]])
-        return self._word_ids[index], np.diff(bounds)
+        sentences = np.asarray(counts, dtype=np.int64)
+        found = np.diff(np.searchsorted(marks, bounds))
+        if (found != np.maximum(sentences - 1, 0)).any():
+            text = int(np.flatnonzero(found != np.maximum(sentences - 1, 0))[0])
+            raise AssertionError(f"{found[text]} sentence marks for {counts[text]} sentences")
+        starts = np.sort(np.concatenate([firsts[:-1][sentences > 0], ends[marks], [total]]), kind="stable")
+        per_sentence = np.diff(starts)
+        splits = np.cumsum(sentences).tolist()
+        firsts = firsts.tolist()
+        return [(ids[firsts[i] : firsts[i + 1]], per_sentence[end - count : end]) for i, (count, end) in enumerate(zip(counts, splits))]
 
     def _encode_pretokenized(self, docs: Sequence[Sequence[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Byte-level BPE: documents encoded by tiktoken, or split into pre-tokens here and looked up; the others encoded whole."""
