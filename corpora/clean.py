@@ -75,8 +75,10 @@ def fix_text(text: str, config: ftfy.TextFixerConfig = _FTFY) -> str:
     its anchors, found once for the whole text (a line of prose with curly quotes holds none). ftfy's
     ``"auto"`` HTML rule (no unescaping once a line has held "<") is kept, line by line, as it applies it.
     """
-    out = []
     anchors = _anchor_positions(text).tolist() if _BADNESS_WIDTH is not None else None  # where mojibake can be
+    if _TOUCHED.search(text) is None and (text.isascii() or anchors == [] and unicodedata.is_normalized("NFC", text)):
+        return text  # every line passed over, as the loop would: one character class, and a text in NFC has its lines in NFC
+    out = []
     passed = 0  # anchors before this line
     position = 0
     while position < len(text):
