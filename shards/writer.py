@@ -143,9 +143,11 @@ def _copy_sorted(paths: Sequence[str], first: int, rows: int, schema: pa.Schema,
         for path in local:
             batch = _open_spill(path, schema)
             places = destination[start : start + batch.num_rows]
-            taken = np.flatnonzero((places >= 0) & (places < rows))
+            inside = (places >= 0) & (places < rows)
+            taken = slice(None) if inside.all() else np.flatnonzero(inside)  # a whole file: its columns as they are, no copy
+            targets = at + places[taken]
             for name, column in columns.items():
-                column[at + places[taken]] = _column_view(batch.column(name))[taken]
+                column[targets] = _column_view(batch.column(name))[taken]
             start += batch.num_rows
 
 
