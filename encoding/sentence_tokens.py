@@ -229,9 +229,9 @@ class SentenceEncoder:
         marks = np.flatnonzero(codes == 0)
         sentences = np.asarray(counts, dtype=np.int64)
         found = np.diff(np.searchsorted(marks, bounds))
-        if (found != np.maximum(sentences - 1, 0)).any():
-            text = int(np.flatnonzero(found != np.maximum(sentences - 1, 0))[0])
-            raise AssertionError(f"{found[text]} sentence marks for {counts[text]} sentences")
+        wrong = np.flatnonzero(found != np.maximum(sentences - 1, 0))
+        if len(wrong):
+            raise AssertionError(f"{found[wrong[0]]} sentence marks for {counts[wrong[0]]} sentences")
         starts = np.sort(np.concatenate([firsts[:-1][sentences > 0], ends[marks], [total]]), kind="stable")
         per_sentence = np.diff(starts)
         splits = np.cumsum(sentences).tolist()
