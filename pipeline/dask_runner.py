@@ -7,7 +7,7 @@
    also drops what ``finish_bundle`` emits. Here bundles keep tags and ``finish_bundle`` output, and each consumer
    gets only the elements of the output it reads.
 3. ``Create`` packs 128 elements per partition, so few-hundred-file jobs used one worker: here each element is a
-   partition (up to 1024).
+   partition, up to 32 per worker thread (and 1024).
 4. A GroupByKey keeps its input's partition count, which doubles at every CoGroupByKey (a concat of bags): the
    shuffle graphs grew exponentially in the launcher. Here a shuffle has two partitions per worker thread (4-16).
 5. The result never closes the ``dask.distributed.Client`` the runner opened. Here it does once the job is done.
@@ -221,20 +221,24 @@ class _TaggedParDo(ParDo):
 
 
 MAX_CREATE_PARTITIONS = 1024
+CREATE_PARTITIONS_PER_THREAD = 32
 MIN_SHUFFLE_PARTITIONS = 4
 MAX_SHUFFLE_PARTITIONS = 16  # tasks per shuffle grow ~n^2: 16 keeps the scheduler small; --dask_npartitions raises it
 
 
+@dataclasses.dataclass
 class _SpreadCreate(Create):
-    """One partition per element up to ``MAX_CREATE_PARTITIONS``: Beam's translation packs 128 elements into a
-    partition, so a job over a few hundred input files ran on one or two workers. Fix 3: the symptom of
-    apache/beam#26669, back since apache/beam#33805 made 128 the default."""
+    """One partition per element up to ``limit``: Beam's translation packs 128 elements into a partition, so a
+    job over a few hundred input files ran on one or two workers. Fix 3: the symptom of apache/beam#26669, back
+    since apache/beam#33805 made 128 the default."""
+
+    limit: int = MAX_CREATE_PARTITIONS
 
     def apply(self, input_bag=None, side_inputs=None) -> db.Bag:
         if self.bag_kwargs.get("npartitions") or self.bag_kwargs.get("partition_size"):
             return super().apply(input_bag, side_inputs)
         items = self.transform.values
-        return db.from_sequence(items, npartitions=max(1, min(len(items), MAX_CREATE_PARTITIONS)))
+        return db.from_sequence(items, npartitions=max(1, min(len(items), self.limit)))
 
 
 @dataclasses.dataclass
@@ -264,9 +268,19 @@ def shuffle_partitions(threads: int) -> int:
     return min(MAX_SHUFFLE_PARTITIONS, max(MIN_SHUFFLE_PARTITIONS, 2 * threads))
 
 
-def _translations(shuffle_limit: int) -> dict:
-    shuffle = functools.partial(_BoundedGroupByKey, limit=shuffle_limit)
-    return {**TRANSLATIONS, beam.ParDo: _TaggedParDo, _Create: _SpreadCreate, _GroupByKeyOnly: shuffle}
+def create_partitions(threads: int) -> int:
+    """Partitions of a ``Create`` (read tasks, mostly): ``CREATE_PARTITIONS_PER_THREAD`` per worker thread, and
+    no more. Each partition of a read is ~9 Dask tasks (the read, and a task per branch of its outputs), each
+    costing the scheduler and the worker a few milliseconds: with a partition per ~1 MB book, the 400 MB documents
+    job spent ~55 ms of cluster CPU per book beside the book's own work. Thirty-two per thread still leave a
+    thread's last partition a small part of its work."""
+    return min(MAX_CREATE_PARTITIONS, CREATE_PARTITIONS_PER_THREAD * max(1, threads))
+
+
+def _translations(threads: int) -> dict:
+    create = functools.partial(_SpreadCreate, limit=create_partitions(threads))
+    shuffle = functools.partial(_BoundedGroupByKey, limit=shuffle_partitions(threads))
+    return {**TRANSLATIONS, beam.ParDo: _TaggedParDo, _Create: create, _GroupByKeyOnly: shuffle}
 
 
 def _only_tag(bag: db.Bag, tag: str | None) -> db.Bag:
@@ -280,9 +294,9 @@ class _Visitor(PipelineVisitor):
     """Beam's graph walk, with our translations (fixes 2-4), each consumer reading only its output (fix 2), and
     the leaves remembered (fix 1)."""
 
-    def __init__(self, bag_kwargs: dict, shuffle_limit: int) -> None:
+    def __init__(self, bag_kwargs: dict, threads: int) -> None:
         self.bag_kwargs = bag_kwargs
-        self.translations = _translations(shuffle_limit)
+        self.translations = _translations(threads)
         self.bags: dict[AppliedPTransform, db.Bag] = collections.OrderedDict()
         self.consumed: set[AppliedPTransform] = set()
 
@@ -332,7 +346,7 @@ class DaskRunner(BeamDaskRunner):
         bag_kwargs = DaskOptions._extract_bag_kwargs(dask_options)
         client = ddist.Client(**dask_options)
         pipeline.replace_all(dask_overrides())
-        visitor = _Visitor(bag_kwargs, shuffle_partitions(sum(client.nthreads().values())))
+        visitor = _Visitor(bag_kwargs, sum(client.nthreads().values()))
         pipeline.visit(visitor)
         futures = client.compute(visitor.leaves())  # one graph: shared upstream tasks run once
         return _Result(client, futures)

@@ -148,6 +148,28 @@ def test_shuffles_have_two_partitions_per_worker_thread_within_bounds() -> None:
     assert (MIN_SHUFFLE_PARTITIONS, MAX_SHUFFLE_PARTITIONS) == (4, 16)
 
 
+def test_a_create_has_thirty_two_partitions_per_worker_thread_within_bounds() -> None:
+    from corpusforge.pipeline.dask_runner import MAX_CREATE_PARTITIONS, create_partitions
+
+    assert [create_partitions(n) for n in (0, 1, 2, 3, 31, 32, 100)] == [32, 32, 64, 96, 992, 1024, 1024]
+    assert MAX_CREATE_PARTITIONS == 1024
+
+
+def test_a_create_on_the_cluster_has_the_partitions_of_its_threads(tmp_path: Path) -> None:
+    """400 read tasks on 2 threads: 64 partitions asked for (a partition per input file cost each file ~9 Dask
+    tasks), every element in one of them; 40 elements: a bundle each (a small job still spreads over every thread)."""
+    import dask.bag as db
+
+    for elements, asked in ((400, 64), (40, 40)):
+        folder = tmp_path / str(elements)
+        folder.mkdir()
+        with _dask_pipeline(threads=2) as p:
+            _ = p | beam.Create(range(elements)) | beam.ParDo(_RecordBundle(str(folder)))
+        counts = [int((folder / name).read_text()) for name in os.listdir(folder)]
+        assert sum(counts) == elements
+        assert len(counts) == db.from_sequence(range(elements), npartitions=asked).npartitions  # 67 of ~6 for 64 asked
+
+
 def test_a_shuffle_on_the_cluster_has_the_partitions_of_its_threads(tmp_path: Path) -> None:
     """The GroupByKey of a 400-partition Create is cut to 2 x 3 threads = 6 partitions: 6 distinct tasks group."""
     folder = str(tmp_path)
@@ -160,7 +182,7 @@ def test_a_shuffle_on_the_cluster_has_the_partitions_of_its_threads(tmp_path: Pa
 
 
 def test_bundles_on_a_multithreaded_worker_do_not_share_dofn_state(tmp_path: Path) -> None:
-    """``dask worker`` runs a thread per core: 400 one-element partitions on 4 threads, each bundle counting its
+    """``dask worker`` runs a thread per core: 400 elements in 128 partitions on 4 threads, each bundle counting its
     own elements, add up to 400 (on Beam's shared instance, one bundle's start_bundle reset another's count)."""
     folder = str(tmp_path)
     with _dask_pipeline(threads=4) as p:
