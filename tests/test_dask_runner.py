@@ -181,6 +181,28 @@ def test_a_shuffle_on_the_cluster_has_the_partitions_of_its_threads(tmp_path: Pa
     assert sum(int(open(os.path.join(folder, b)).read()) for b in bundles) == 97
 
 
+def test_part_keys_go_round_robin_over_a_shuffles_partitions() -> None:
+    from corpusforge.pipeline.dask_runner import shuffle_hash
+
+    for partitions in (4, 6, 16):
+        for parts in (1, 3, 4, 8, 40):
+            for keys in ([(part, parts) for part in range(parts)], list(range(parts))):
+                hit = [shuffle_hash(key) % partitions for key in keys]
+                assert max(map(hit.count, hit)) == -(-parts // partitions), (partitions, keys)
+    assert shuffle_hash("doc-1") == shuffle_hash("doc-1") != shuffle_hash("doc-2")  # other keys: Dask's tokenize
+
+
+def test_a_writers_parts_are_grouped_one_per_partition_on_the_cluster(tmp_path: Path) -> None:
+    """Four (part, parts) keys on 2 threads (a 4-partition shuffle): each part's group alone in its bundle, so two
+    workers write two parts each (Dask's own hash put two of them in one partition)."""
+    folder = str(tmp_path)
+    with _dask_pipeline(threads=2) as p:
+        grouped = p | beam.Create([((part, 4), x) for part in range(4) for x in range(25)]) | beam.GroupByKey()
+        _ = grouped | beam.ParDo(_RecordBundle(folder))
+    counts = [int(open(os.path.join(folder, b)).read()) for b in os.listdir(folder)]
+    assert sorted(c for c in counts if c) == [1, 1, 1, 1]
+
+
 def test_bundles_on_a_multithreaded_worker_do_not_share_dofn_state(tmp_path: Path) -> None:
     """``dask worker`` runs a thread per core: 400 elements in 128 partitions on 4 threads, each bundle counting its
     own elements, add up to 400 (on Beam's shared instance, one bundle's start_bundle reset another's count)."""
