@@ -13,7 +13,8 @@
    and int keys (the writers' part numbers) go round-robin over them (``shuffle_hash``).
 5. The result never closes the ``dask.distributed.Client`` the runner opened. Here it does once the job is done.
 6. Every partition runs on the graph's one DoFn instance, so a worker with several threads runs bundles
-   concurrently on shared state (``start_bundle`` of one resets another's). Here each bundle has its own copy.
+   concurrently on shared state (``start_bundle`` of one resets another's). Here each worker thread has its own copy,
+   set up once per job.
 
 The fixes reach into Beam's private runner code: every name they use is listed once in ``BEAM_INTERNALS``, with the
 bug it works around, and ``check_beam_internals()`` runs before they are imported, so a Beam release that moved one
@@ -29,6 +30,8 @@ import dataclasses
 import functools
 import inspect
 import pkgutil
+import threading
+import uuid
 
 import apache_beam as beam
 import dask.bag as db
@@ -94,7 +97,7 @@ BEAM_INTERNALS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ),
     (
         "apache_beam.runners.common.DoFnInvoker",
-        ("invoke_setup", "invoke_start_bundle", "invoke_process", "invoke_finish_bundle", "invoke_teardown"),
+        ("invoke_start_bundle", "invoke_process", "invoke_finish_bundle"),
         _TAGS,
     ),
     ("apache_beam.runners.common.DoFnContext", ("label=", "state="), _TAGS),
@@ -178,13 +181,14 @@ from apache_beam.runners.dask.transform_evaluator import (  # noqa: E402
 from apache_beam.transforms.sideinputs import SideInputMap  # noqa: E402
 
 
-def _run_bundle(items, label: str, fn: beam.DoFn, window_fn, side_inputs, args: list, kwargs: dict) -> list:
+def _run_bundle(items, job: str, label: str, fn: beam.DoFn, window_fn, side_inputs, args: list, kwargs: dict) -> list:
     """One Dask partition as one bundle, with fresh receivers (Beam shares one set across partitions), read after
     ``finish_bundle`` (Beam reads before it), tagged outputs kept tagged (Beam strips the tags). Fix 2; no upstream
-    issue found. And on a copy of the DoFn: Beam runs every partition on the one instance in the graph, so a
-    worker with several threads (``dask worker``'s default: one per core) ran bundles concurrently on shared
-    bundle state (a GroupByKey of 400 elements on 3 threads came out as 339). Fix 6; no upstream issue found."""
-    fn = copy.deepcopy(fn)  # fix 6: a bundle's own DoFn, as Beam's workers deserialize one per bundle processor
+    issue found. And on this thread's own copy of the DoFn (``_held_dofn``): Beam runs every partition on the one
+    instance in the graph, so a worker with several threads (``dask worker``'s default: one per core) ran bundles
+    concurrently on shared bundle state (a GroupByKey of 400 elements on 3 threads came out as 339). Fix 6; no
+    upstream issue found."""
+    own, signature = _held_dofn(fn, job, label)
     receivers = OneReceiver()
     handler = _OutputHandler(
         window_fn=window_fn,
@@ -196,7 +200,7 @@ def _run_bundle(items, label: str, fn: beam.DoFn, window_fn, side_inputs, args: 
         process_batch_yields_elements=False,
     )
     invoker = DoFnInvoker.create_invoker(
-        DoFnSignature(fn),
+        signature,
         handler,
         context=DoFnContext(label, state=None),
         side_inputs=side_inputs,
@@ -205,23 +209,47 @@ def _run_bundle(items, label: str, fn: beam.DoFn, window_fn, side_inputs, args: 
         user_state_context=None,
         bundle_finalizer_param=beam.DoFn.BundleFinalizerParam(),
     )
-    invoker.invoke_setup()
-    invoker.invoke_start_bundle()
-    for item in items:
-        invoker.invoke_process(item)
-    invoker.invoke_finish_bundle()
-    invoker.invoke_teardown()
+    try:
+        invoker.invoke_start_bundle()
+        for item in items:
+            invoker.invoke_process(item)
+        invoker.invoke_finish_bundle()
+    except BaseException:
+        _HELD.dofns.pop(label, None)  # a failed bundle's copy is not reused: a retry starts from a fresh one
+        raise
     return [pvalue.TaggedOutput(v.tag, v.value.value) if isinstance(v, pvalue.TaggedOutput) else v.value for v in receivers.values]
 
 
+_HELD = threading.local()  # per worker thread: the job it last ran a bundle of, and its copies of that job's DoFns
+
+
+def _held_dofn(fn: beam.DoFn, job: str, label: str) -> tuple[beam.DoFn, DoFnSignature]:
+    """This thread's copy of the DoFn of transform ``label`` in ``job``, set up once and kept for the job's later
+    bundles, as Beam's own workers keep a bundle processor: a copy and its signature per bundle (Beam inspects every
+    method) cost ~3 ms, 6% of a worker's bundle time on 100 MB of books. A bundle of another job tears down the
+    copies held for the last one (teardown is best effort in Beam too)."""
+    if getattr(_HELD, "job", None) != job:
+        for own, _ in getattr(_HELD, "dofns", {}).values():
+            own.teardown()
+        _HELD.job, _HELD.dofns = job, {}
+    if label not in _HELD.dofns:
+        own = copy.deepcopy(fn)  # the graph's instance stays untouched: other threads copy it too
+        own.setup()
+        _HELD.dofns[label] = (own, DoFnSignature(own))
+    return _HELD.dofns[label]
+
+
+@dataclasses.dataclass
 class _TaggedParDo(ParDo):
+    job: str = ""  # which job's graph the bundles belong to: a worker thread keeps its DoFn copies for one job at a time
+
     def apply(self, input_bag: db.Bag, side_inputs=None) -> db.Bag:
         transform = self.transform
         args, kwargs = transform.raw_side_inputs
         main_input = next(iter(self.applied.main_inputs.values()))
         window_fn = main_input.windowing.windowfn if hasattr(main_input, "windowing") else None
         return input_bag.map(get_windowed_value, window_fn).map_partitions(
-            _run_bundle, transform.label, transform.fn, window_fn, side_inputs, list(args), kwargs
+            _run_bundle, self.job, self.applied.full_label, transform.fn, window_fn, side_inputs, list(args), kwargs
         )
 
 
@@ -306,7 +334,8 @@ def create_partitions(threads: int) -> int:
 def _translations(threads: int) -> dict:
     create = functools.partial(_SpreadCreate, limit=create_partitions(threads))
     shuffle = functools.partial(_BoundedGroupByKey, limit=shuffle_partitions(threads))
-    return {**TRANSLATIONS, beam.ParDo: _TaggedParDo, _Create: create, _GroupByKeyOnly: shuffle}
+    pardo = functools.partial(_TaggedParDo, job=uuid.uuid4().hex)
+    return {**TRANSLATIONS, beam.ParDo: pardo, _Create: create, _GroupByKeyOnly: shuffle}
 
 
 def _only_tag(bag: db.Bag, tag: str | None) -> db.Bag:

@@ -212,6 +212,48 @@ def test_bundles_on_a_multithreaded_worker_do_not_share_dofn_state(tmp_path: Pat
     assert sum(int(open(os.path.join(folder, b)).read()) for b in os.listdir(folder)) == 400
 
 
+class _Lifecycle(beam.DoFn):
+    """An empty file per setup, bundle and teardown, named by its kind."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def _mark(self, kind: str) -> None:
+        with open(os.path.join(self.folder, f"{kind}-{uuid.uuid4().hex}"), "w"):
+            pass
+
+    def setup(self) -> None:
+        self._mark("setup")
+
+    def start_bundle(self) -> None:
+        self._mark("bundle")
+
+    def process(self, x) -> None:
+        time.sleep(0.005)  # both threads take bundles
+
+    def teardown(self) -> None:
+        self._mark("teardown")
+
+
+def test_a_worker_thread_sets_a_dofn_up_once_per_job(tmp_path: Path) -> None:
+    """Two jobs of 40 one-element bundles on one 2-thread worker: a setup per thread and job, not per bundle (a copy
+    and its signature per bundle cost ~3 ms); the second job's bundles tear the first job's copies down."""
+    from dask.distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
+        for job in ("first", "second"):
+            (tmp_path / job).mkdir()
+            options = PipelineOptions(
+                ["--runner=corpusforge.pipeline.dask_runner.DaskRunner", f"--dask_client_address={cluster.scheduler_address}"]
+            )
+            with beam.Pipeline(options=options) as p:
+                _ = p | beam.Create(range(40)) | beam.ParDo(_Lifecycle(str(tmp_path / job)))
+    first, second = ([name.split("-")[0] for name in os.listdir(tmp_path / job)] for job in ("first", "second"))
+    assert first.count("bundle") == second.count("bundle") == 40
+    assert 1 <= first.count("setup") <= 2 and 1 <= second.count("setup") <= 2
+    assert 1 <= first.count("teardown") <= first.count("setup") and second.count("teardown") == 0
+
+
 class _RecordBundle(beam.DoFn):
     """One file per bundle (a Dask partition) holding how many elements (or groups) it saw."""
 
