@@ -235,8 +235,11 @@ class SentenceEncoder:
         starts = np.sort(np.concatenate([firsts[:-1][sentences > 0], ends[marks], [total]]), kind="stable")
         per_sentence = np.diff(starts)
         splits = np.cumsum(sentences).tolist()
-        firsts = firsts.tolist()
-        return [(ids[firsts[i] : firsts[i + 1]], per_sentence[end - count : end]) for i, (count, end) in enumerate(zip(counts, splits))]
+        text_starts = firsts.tolist()
+        return [
+            (ids[text_starts[i] : text_starts[i + 1]], per_sentence[end - count : end])
+            for i, (count, end) in enumerate(zip(counts, splits))
+        ]
 
     def _encode_pretokenized(self, docs: Sequence[Sequence[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Byte-level BPE: documents encoded by tiktoken, or split into pre-tokens here and looked up; the others encoded whole."""

@@ -101,7 +101,7 @@ BEAM_INTERNALS: tuple[tuple[str, tuple[str, ...], str], ...] = (
         _TAGS,
     ),
     ("apache_beam.runners.common.DoFnContext", ("label=", "state="), _TAGS),
-    ("apache_beam.runners.common.DoFnSignature", (), _TAGS),
+    ("apache_beam.runners.common.DoFnSignature", ("do_fn",), _TAGS),
     ("apache_beam.runners.dask.transform_evaluator.Create", ("apply",), _CREATE),
     ("apache_beam.runners.dask.overrides._Create", ("values",), _CREATE),
     ("apache_beam.runners.dask.transform_evaluator.GroupByKey", ("apply",), _SHUFFLE),
@@ -188,7 +188,7 @@ def _run_bundle(items, job: str, label: str, fn: beam.DoFn, window_fn, side_inpu
     instance in the graph, so a worker with several threads (``dask worker``'s default: one per core) ran bundles
     concurrently on shared bundle state (a GroupByKey of 400 elements on 3 threads came out as 339). Fix 6; no
     upstream issue found."""
-    own, signature = _held_dofn(fn, job, label)
+    signature = _held_dofn(fn, job, label)
     receivers = OneReceiver()
     handler = _OutputHandler(
         window_fn=window_fn,
@@ -220,22 +220,22 @@ def _run_bundle(items, job: str, label: str, fn: beam.DoFn, window_fn, side_inpu
     return [pvalue.TaggedOutput(v.tag, v.value.value) if isinstance(v, pvalue.TaggedOutput) else v.value for v in receivers.values]
 
 
-_HELD = threading.local()  # per worker thread: the job it last ran a bundle of, and its copies of that job's DoFns
+_HELD = threading.local()  # per worker thread: the job it last ran a bundle of, and the signatures of its DoFn copies
 
 
-def _held_dofn(fn: beam.DoFn, job: str, label: str) -> tuple[beam.DoFn, DoFnSignature]:
-    """This thread's copy of the DoFn of transform ``label`` in ``job``, set up once and kept for the job's later
-    bundles, as Beam's own workers keep a bundle processor: a copy and its signature per bundle (Beam inspects every
-    method) cost ~3 ms, 6% of a worker's bundle time on 100 MB of books. A bundle of another job tears down the
-    copies held for the last one (teardown is best effort in Beam too)."""
+def _held_dofn(fn: beam.DoFn, job: str, label: str) -> DoFnSignature:
+    """The signature of this thread's copy of the DoFn of transform ``label`` in ``job``, set up once and kept for
+    the job's later bundles, as Beam's own workers keep a bundle processor: a copy and its signature per bundle
+    (Beam inspects every method) cost ~3 ms, 6% of a worker's bundle time on 100 MB of books. A bundle of another
+    job tears down the copies held for the last one (teardown is best effort in Beam too)."""
     if getattr(_HELD, "job", None) != job:
-        for own, _ in getattr(_HELD, "dofns", {}).values():
-            own.teardown()
+        for signature in getattr(_HELD, "dofns", {}).values():
+            signature.do_fn.teardown()
         _HELD.job, _HELD.dofns = job, {}
     if label not in _HELD.dofns:
         own = copy.deepcopy(fn)  # the graph's instance stays untouched: other threads copy it too
         own.setup()
-        _HELD.dofns[label] = (own, DoFnSignature(own))
+        _HELD.dofns[label] = DoFnSignature(own)
     return _HELD.dofns[label]
 
 

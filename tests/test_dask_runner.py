@@ -100,11 +100,14 @@ def _dask_pipeline(threads: int) -> Iterator[beam.Pipeline]:
     from dask.distributed import LocalCluster
 
     with LocalCluster(n_workers=1, threads_per_worker=threads, processes=False, dashboard_address=None) as cluster:
-        options = PipelineOptions(
-            ["--runner=corpusforge.pipeline.dask_runner.DaskRunner", f"--dask_client_address={cluster.scheduler_address}"]
-        )
-        with beam.Pipeline(options=options) as p:
+        with _pipeline_on(cluster.scheduler_address) as p:
             yield p
+
+
+def _pipeline_on(address: str) -> beam.Pipeline:
+    """A pipeline on our DaskRunner against the scheduler at ``address``, run when its block ends."""
+    options = PipelineOptions(["--runner=corpusforge.pipeline.dask_runner.DaskRunner", f"--dask_client_address={address}"])
+    return beam.Pipeline(options=options)
 
 
 class _Split(beam.DoFn):
@@ -243,10 +246,7 @@ def test_a_worker_thread_sets_a_dofn_up_once_per_job(tmp_path: Path) -> None:
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
         for job in ("first", "second"):
             (tmp_path / job).mkdir()
-            options = PipelineOptions(
-                ["--runner=corpusforge.pipeline.dask_runner.DaskRunner", f"--dask_client_address={cluster.scheduler_address}"]
-            )
-            with beam.Pipeline(options=options) as p:
+            with _pipeline_on(cluster.scheduler_address) as p:
                 _ = p | beam.Create(range(40)) | beam.ParDo(_Lifecycle(str(tmp_path / job)))
     first, second = ([name.split("-")[0] for name in os.listdir(tmp_path / job)] for job in ("first", "second"))
     assert first.count("bundle") == second.count("bundle") == 40
