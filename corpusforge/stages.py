@@ -27,7 +27,7 @@ from corpusforge.core.layout import Layout
 from corpusforge.markers import Marker, describe_outputs, digest
 from corpusforge.pipeline.collector import release_freed_memory
 from corpusforge.pipeline.documents_job import DocumentsJob, ReadContext, Removal, run_documents_job
-from corpusforge.pipeline.options import shuffles_through_launcher
+from corpusforge.pipeline.options import shuffles_through_files, shuffles_through_launcher
 from corpusforge.pipeline.sources import (
     books_inputs,
     read_books,
@@ -86,7 +86,7 @@ def documents_job(cfg: Config, layout: Layout, parts: list[str]) -> DocumentsJob
         work=layout.work("documents"),
         part_bytes=cfg.run.part_bytes,
         reject_parts=cfg.run.reject_parts,
-        file_shuffle=shuffles_through_launcher(cfg.run),
+        file_shuffle=shuffles_through_files(cfg.run),
     )
 
 

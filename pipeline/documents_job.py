@@ -54,7 +54,7 @@ class DocumentsJob:
     work: str  # spill, shuffle and scatter files of this job, removed by the caller when it ends
     part_bytes: int
     reject_parts: int
-    file_shuffle: bool  # per-document shuffles through files (in-process runners); else the runner's own
+    file_shuffle: bool  # per-document shuffles through files (in-process runners, Dask); else the runner's own
 
     @property
     def counters(self) -> str:

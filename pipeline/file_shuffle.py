@@ -3,11 +3,12 @@
 Beam's in-process runners (the default ``multi_processing`` mode included) route every shuffled
 element through the launching process and hold it there decoded until the consuming stage runs, so
 the launcher grew by kilobytes per document: fine for books, gigabytes for Wikipedia's millions of
-articles. Here the producing workers write their (key, value) pairs into files, a pickle per bucket one after
-another in each, and only where each bucket's pieces lie (file, offset, size) goes through the runner; a worker
-then groups one bucket (a 64th of the elements) at a time, reading its pieces by range, in several passes when
-that is more than ``GROUP_BYTES``. Grouping semantics are Beam's: each key once, with all its values, in no
-promised order.
+articles; on Dask, Beam's GroupByKey is a task shuffle of pickled Python lists, which cost more CPU than
+these files (``pipeline.options.shuffles_through_files``). Here the producing workers write their (key,
+value) pairs into files, a pickle per bucket one after another in each, and only where each bucket's pieces
+lie (file, offset, size) goes through the runner; a worker then groups one bucket (a 64th of the elements)
+at a time, reading its pieces by range, in several passes when that is more than ``GROUP_BYTES``. Grouping
+semantics are Beam's: each key once, with all its values, in no promised order.
 
 The folder is any storage path (``corpusforge.core.storage``) every worker can reach, as the spill
 folder is: a local folder they share, or a URI. Without a folder, Beam's own transforms.
