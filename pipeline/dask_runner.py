@@ -195,7 +195,8 @@ def _run_bundle(items, job: str, label: str, fn: beam.DoFn, window_fn, side_inpu
     issue found. And on this thread's own copy of the DoFn (``_held_dofn``): Beam runs every partition on the one
     instance in the graph, so a worker with several threads (``dask worker``'s default: one per core) ran bundles
     concurrently on shared bundle state (a GroupByKey of 400 elements on 3 threads came out as 339). Fix 6; no
-    upstream issue found."""
+    upstream issue found. Before the process's first bundle, fix 7 (``_arrays_from_the_heap``, once per process)."""
+    _arrays_from_the_heap()
     signature = _held_dofn(fn, job, label)
     receivers = OneReceiver()
     handler = _OutputHandler(
@@ -237,7 +238,6 @@ def _held_dofn(fn: beam.DoFn, job: str, label: str) -> DoFnSignature:
     (Beam inspects every method) cost ~3 ms, 6% of a worker's bundle time on 100 MB of books. A bundle of another
     job tears down the copies held for the last one (teardown is best effort in Beam too)."""
     if getattr(_HELD, "job", None) != job:
-        _arrays_from_the_heap()
         for signature in getattr(_HELD, "dofns", {}).values():
             signature.do_fn.teardown()
         _HELD.job, _HELD.dofns = job, {}

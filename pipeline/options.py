@@ -89,6 +89,6 @@ def shuffles_through_files(run: RunConfig) -> bool:
 
 def shuffles_through_launcher(run: RunConfig) -> bool:
     """Whether the runner routes every shuffled element through the launching process (Beam's in-process
-    runners do), so that per-document shuffles should go through files (``pipeline.file_shuffle``);
-    distributed runners shuffle on their workers and get Beam's own GroupByKey."""
+    runners do): there the shards are cut by the build's own processes, elsewhere on the cluster's workers.
+    Which shuffles go through files is ``shuffles_through_files``."""
     return run.runner in IN_PROCESS_RUNNERS
