@@ -45,6 +45,7 @@ import apache_beam as beam
 import dask.bag as db
 import dask.distributed as ddist
 from apache_beam import pvalue
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
 from dask.bag.core import groupby_tasks
 from dask.base import tokenize
@@ -420,14 +421,19 @@ class _Result(DaskRunnerResult):
             self.client.close()
 
 
+def client_options(options: PipelineOptions) -> tuple[dict, dict]:
+    """(``dask.distributed.Client``'s keywords, ``dask.bag``'s) from a job's DaskOptions."""
+    dask_options = options.view_as(DaskOptions).get_all_options(drop_default=True, current_only=True)
+    return dask_options, DaskOptions._extract_bag_kwargs(dask_options)
+
+
 class DaskRunner(BeamDaskRunner):
     """Use as ``--runner=corpusforge.pipeline.dask_runner.DaskRunner --dask_client_address=HOST:PORT``."""
 
     def run_pipeline(self, pipeline, options):
         """Beam's ``run_pipeline`` computing every leaf, not the last bag only: fix 1, a regression of
         apache/beam#33805 (Beam 2.60-2.62 computed every bag); no issue filed upstream that we found."""
-        dask_options = options.view_as(DaskOptions).get_all_options(drop_default=True, current_only=True)
-        bag_kwargs = DaskOptions._extract_bag_kwargs(dask_options)
+        dask_options, bag_kwargs = client_options(options)
         client = ddist.Client(**dask_options)
         pipeline.replace_all(dask_overrides())
         visitor = _Visitor(bag_kwargs, sum(client.nthreads().values()))
