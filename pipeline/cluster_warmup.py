@@ -11,7 +11,7 @@ cannot be reached fails the job's own connection, with its own message). Each pr
 thread, where it also unpickles a job's graph (the scheduler) and tasks (a worker), and only while it holds no task:
 imports of the same modules in two threads at once can fail (Beam's circular imports then meet a partially
 initialised module). Loading the language-ID model there as well was measured and left out: the worker's work then
-took 64-68 CPU-s instead of 61-62 (400 MB of books, 1 worker), for a load of under a second.
+took 66-68 CPU-s instead of 59-63 (400 MB of books, 1 worker, two runs each), for a load of under a second.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def warm_cluster(client_options: dict, modules: Sequence[str]) -> threading.Thre
 async def _send(client_options: dict, modules: list[str]) -> None:
     import dask.distributed as ddist
 
-    async with ddist.Client(**client_options, asynchronous=True) as client:
+    async with ddist.Client(**client_options, asynchronous=True, set_as_default=False) as client:  # the job's own stays Dask's default
         # Answered once every worker has its import scheduled (``wait=False``), before the scheduler's own holds the
         # scheduler's loop: the two run at once.
         await client.run(_warm_worker, modules, wait=False)
