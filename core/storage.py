@@ -207,6 +207,19 @@ def mtime_ns(path: PathLike) -> int | None:
     return os.stat(_local(path)).st_mtime_ns if is_local(path) else None
 
 
+CONTENT_TAGS = ("ETag", "etag", "generation")  # S3's entity tag, GCS's (a new one at every write), a generation
+
+
+def content_tag(path: PathLike) -> str | None:
+    """An object store's own tag of an object's content (S3's ETag, GCS's etag), which changes when the object is
+    written again: it stands in for a local file's mtime. None for local files and stores that keep none."""
+    if is_local(path):
+        return None
+    fs, inner = filesystem(path)
+    info = fs.info(inner)
+    return next((str(info[key]) for key in CONTENT_TAGS if info.get(key)), None)
+
+
 def _full(path: str, found: str) -> str:
     """A path fsspec returned (no scheme) as a URI of ``path``'s scheme."""
     protocol = scheme(path)

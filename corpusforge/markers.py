@@ -85,15 +85,23 @@ def output_problem(layout: Layout, marker: Marker) -> str | None:
 
 
 def describe_inputs(paths: list[str], previous: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Input files with size, mtime and sha256; a file whose size and mtime match ``previous`` keeps its
-    recorded sha256 rather than being read again (as make and rsync decide). Object stores keep no
-    mtime here, so their files are hashed each time."""
-    known = {(e["path"], e["bytes"], e["mtime_ns"]): e["sha256"] for e in previous if e.get("mtime_ns") is not None}
+    """Input files with size, mtime (an object store's content tag instead) and sha256; a file whose size and mtime
+    or tag match ``previous`` keeps its recorded sha256 rather than being read again (as make and rsync decide):
+    on an object store, every byte of the input would otherwise pass through the launcher at every build."""
+    known = {_unchanged(e): e["sha256"] for e in previous if e.get("mtime_ns") is not None or e.get("content_tag")}
     described = []
     for path in sorted({storage.resolve(p) for p in paths}):
-        size, mtime = storage.size(path), storage.mtime_ns(path)
-        described.append({"path": path, "bytes": size, "mtime_ns": mtime, "sha256": known.get((path, size, mtime)) or storage.sha256(path)})
+        entry = {"path": path, "bytes": storage.size(path), "mtime_ns": storage.mtime_ns(path)}
+        if entry["mtime_ns"] is None:
+            entry["content_tag"] = storage.content_tag(path)
+        entry["sha256"] = known.get(_unchanged(entry)) or storage.sha256(path)
+        described.append(entry)
     return described
+
+
+def _unchanged(entry: dict[str, Any]) -> tuple:
+    """What must match for a recorded sha256 to still hold."""
+    return entry["path"], entry["bytes"], entry["mtime_ns"], entry.get("content_tag")
 
 
 def first_difference(recorded: Any, current: Any, path: str = "") -> tuple[str, Any, Any] | None:
