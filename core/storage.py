@@ -26,7 +26,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 PathLike = str | os.PathLike
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
@@ -210,14 +210,21 @@ def mtime_ns(path: PathLike) -> int | None:
 CONTENT_TAGS = ("ETag", "etag", "generation")  # S3's entity tag, GCS's (a new one at every write), a generation
 
 
-def content_tag(path: PathLike) -> str | None:
-    """An object store's own tag of an object's content (S3's ETag, GCS's etag), which changes when the object is
-    written again: it stands in for a local file's mtime. None for local files and stores that keep none."""
+class Stat(NamedTuple):
+    size: int
+    mtime_ns: int | None  # local files
+    content_tag: str | None  # an object store's own tag of the content (S3's ETag, GCS's etag): new at every write
+
+
+def stat(path: PathLike) -> Stat:
+    """A file's size and what tells that it was written again: a local file's mtime, an object's content tag (one
+    request to the store, where ``size`` and a second look-up would be two)."""
     if is_local(path):
-        return None
+        found = os.stat(_local(path))
+        return Stat(found.st_size, found.st_mtime_ns, None)
     fs, inner = filesystem(path)
     info = fs.info(inner)
-    return next((str(info[key]) for key in CONTENT_TAGS if info.get(key)), None)
+    return Stat(int(info["size"]), None, next((str(info[key]) for key in CONTENT_TAGS if info.get(key)), None))
 
 
 def _full(path: str, found: str) -> str:

@@ -91,9 +91,10 @@ def describe_inputs(paths: list[str], previous: list[dict[str, Any]]) -> list[di
     known = {_unchanged(e): e["sha256"] for e in previous if e.get("mtime_ns") is not None or e.get("content_tag")}
     described = []
     for path in sorted({storage.resolve(p) for p in paths}):
-        entry = {"path": path, "bytes": storage.size(path), "mtime_ns": storage.mtime_ns(path)}
-        if entry["mtime_ns"] is None:
-            entry["content_tag"] = storage.content_tag(path)
+        found = storage.stat(path)
+        entry = {"path": path, "bytes": found.size, "mtime_ns": found.mtime_ns}
+        if found.mtime_ns is None:
+            entry["content_tag"] = found.content_tag
         entry["sha256"] = known.get(_unchanged(entry)) or storage.sha256(path)
         described.append(entry)
     return described
