@@ -434,7 +434,10 @@ class DaskRunner(BeamDaskRunner):
         """Beam's ``run_pipeline`` computing every leaf, not the last bag only: fix 1, a regression of
         apache/beam#33805 (Beam 2.60-2.62 computed every bag); no issue filed upstream that we found."""
         dask_options, bag_kwargs = client_options(options)
-        client = ddist.Client(**dask_options)
+        try:
+            client = ddist.Client(**dask_options)
+        except OSError as error:  # nothing answers at the address: the user's to fix, said in one line
+            raise ValueError(f"no Dask scheduler answered at {dask_options.get('address')}: {error}") from error
         pipeline.replace_all(dask_overrides())
         visitor = _Visitor(bag_kwargs, sum(client.nthreads().values()))
         pipeline.visit(visitor)

@@ -192,6 +192,14 @@ def test_cli_reports_unusable_input_in_one_line(tmp_path: Path) -> None:
     assert bad_key.exit_code == 2 and "min_wordz" in bad_key.output
 
 
+def test_an_unreachable_dask_scheduler_is_one_line(tmp_path: Path) -> None:
+    unreachable = 'run.beam_args=["--dask_client_address=127.0.0.1:9", "--dask_connection_timeout=1"]'
+    overrides = [f"run.output_dir={json.dumps(str(tmp_path / 'o'))}", 'run.runner="DaskRunner"', unreachable]
+    outcome = CliRunner().invoke(app, ["build", str(DEMO), *(arg for value in overrides for arg in ("--set", value))])
+    assert outcome.exit_code == 2
+    assert "no Dask scheduler answered at 127.0.0.1:9" in outcome.output and "Traceback" not in outcome.output
+
+
 def test_docs_inspect_shows_counts_and_a_document(tmp_path: Path) -> None:
     _build(tmp_path / "out")
     runner = CliRunner()
