@@ -207,13 +207,13 @@ def mtime_ns(path: PathLike) -> int | None:
     return os.stat(_local(path)).st_mtime_ns if is_local(path) else None
 
 
-CONTENT_TAGS = ("ETag", "etag", "generation")  # S3's entity tag, GCS's (a new one at every write), a generation
+CONTENT_TAGS = ("ETag", "etag", "generation")  # S3's entity tag, GCS's (new at every write), a generation number
 
 
 class Stat(NamedTuple):
     size: int
     mtime_ns: int | None  # local files
-    content_tag: str | None  # an object store's own tag of the content (S3's ETag, GCS's etag): new at every write
+    content_tag: str | None  # an object store's own tag of the content (S3's ETag, GCS's etag): another when the content changes
 
 
 def stat(path: PathLike) -> Stat:
