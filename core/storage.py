@@ -202,11 +202,6 @@ def size(path: PathLike) -> int:
     return int(fs.size(inner))
 
 
-def mtime_ns(path: PathLike) -> int | None:
-    """Modification time in ns where the store keeps one (local files), else None."""
-    return os.stat(_local(path)).st_mtime_ns if is_local(path) else None
-
-
 CONTENT_TAGS = ("ETag", "etag", "generation")  # S3's entity tag, GCS's (new at every write), a generation number
 
 

@@ -113,13 +113,14 @@ class ShardCache:
             if path.endswith(LOCK_SUFFIX):
                 continue
             try:
-                mtime, size = storage.mtime_ns(path) or 0, storage.size(path)
+                found = storage.stat(path)
             except FileNotFoundError:  # another process removed or renamed it meanwhile
                 continue
+            mtime = found.mtime_ns or 0  # the cache folder is local: it has one
             if storage.is_temporary(path) and time.time_ns() - mtime > STALE_S * 1e9:
                 storage.remove(path)
             else:
-                entries.append((mtime, size, path))
+                entries.append((mtime, found.size, path))
         return entries
 
     def _evict(self, path: str) -> bool:
