@@ -3,9 +3,10 @@
 ``OUT/.stages/<stage>.json`` is written when a stage finishes and removed before the stage starts
 changing its outputs. It holds the stage's fingerprint, a sha256 of what it was made from: a format
 version, the configuration the stage reads, and its inputs (the documents stage: every input file's
-size and sha256; the others: digests of their upstream stages' outputs). Beside it: the files the stage
-wrote with their sizes (the cheap check that they are still there), digests of its outputs for the
-stages downstream, and the figures the summary needs when the stage is reused rather than run.
+size and sha256, or an object's content tag; the others: digests of their upstream stages' outputs).
+Beside it: the files the stage wrote with their sizes (the cheap check that they are still there),
+digests of its outputs for the stages downstream, and the figures the summary needs when the stage is
+reused rather than run.
 """
 
 from __future__ import annotations
@@ -85,24 +86,34 @@ def output_problem(layout: Layout, marker: Marker) -> str | None:
 
 
 def describe_inputs(paths: list[str], previous: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Input files with size, mtime (an object store's content tag instead) and sha256; a file whose size and mtime
-    or tag match ``previous`` keeps its recorded sha256 rather than being read again (as make and rsync decide):
-    on an object store, every byte of the input would otherwise pass through the launcher at every build."""
-    known = {_unchanged(e): e["sha256"] for e in previous if e.get("mtime_ns") is not None or e.get("content_tag")}
+    """Input files with their size and what identifies their content.
+
+    A local file: its sha256, read again only when its size or mtime changed since ``previous`` (as make and
+    rsync decide). An object: the content tag its store computed when it was written (S3's ETag, GCS's etag),
+    as DVC records for cloud dependencies: the launcher reads no input on a store, where hashing meant pulling
+    the whole corpus through it before the job began. A store without such tags: sha256, read at every build.
+    """
+    known = {_unchanged(e): e["sha256"] for e in previous if e.get("mtime_ns") is not None and "sha256" in e}
     described = []
     for path in sorted({storage.resolve(p) for p in paths}):
         found = storage.stat(path)
-        entry = {"path": path, "bytes": found.size, "mtime_ns": found.mtime_ns}
-        if found.mtime_ns is None:
+        entry: dict[str, Any] = {"path": path, "bytes": found.size, "mtime_ns": found.mtime_ns}
+        if found.content_tag is not None:
             entry["content_tag"] = found.content_tag
-        entry["sha256"] = known.get(_unchanged(entry)) or storage.sha256(path)
+        else:
+            entry["sha256"] = known.get(_unchanged(entry)) or storage.sha256(path)
         described.append(entry)
     return described
 
 
+def identity(entry: dict[str, Any]) -> dict[str, Any]:
+    """The part of an input's entry a stage's fingerprint covers: which content it was made from, not its mtime."""
+    return {key: entry[key] for key in ("path", "bytes", "sha256", "content_tag") if key in entry}
+
+
 def _unchanged(entry: dict[str, Any]) -> tuple:
     """What must match for a recorded sha256 to still hold."""
-    return entry["path"], entry["bytes"], entry["mtime_ns"], entry.get("content_tag")
+    return entry["path"], entry["bytes"], entry["mtime_ns"]
 
 
 def first_difference(recorded: Any, current: Any, path: str = "") -> tuple[str, Any, Any] | None:

@@ -22,6 +22,7 @@ from corpusforge.markers import (
     describe_difference,
     describe_inputs,
     fingerprint,
+    identity,
     output_problem,
     read_marker,
 )
@@ -56,7 +57,7 @@ def made_from(
     """What ``stage`` is made from under ``cfg``: its fingerprint is the sha256 of this."""
     recipe: dict[str, Any] = {"version": MARKER_VERSION, "format": stage.format}
     if inputs is not None:
-        recipe["inputs"] = [{k: e[k] for k in ("path", "bytes", "sha256")} for e in inputs]
+        recipe["inputs"] = [identity(e) for e in inputs]
     else:
         recipe["upstream"] = {}
         for name, output in stage.needs(cfg):
