@@ -9,7 +9,10 @@ speed-up, printed with the most it could be: the in-process wall over the defaul
 over every core; the vocabulary stage takes the same time in both modes, since HF's trainers are
 multi-threaded either way, and its sample is capped, so the speed-up grows with the corpus), and the documents job on a 2-worker and a 1-worker Dask cluster (scheduler and workers in their own
 processes, so the launcher's own peak is measured): the wall ratio, and the ratio of cores kept busy
-(CPU / wall), which a neighbour slowing one run's CPU does not move.
+(CPU / wall), which a neighbour slowing one run's CPU does not move. With ``--timeline``, also the seconds in
+which no task ran on any worker (the launcher planning and submitting, the scheduler passing a shuffle's small
+steps along, the launcher's report): a second worker cannot shorten those, so the 1-worker run's task-less seconds
+plus half its task seconds bound the 2-vs-1 ratio (Amdahl's law), whatever the machine.
 
 With ``--store s3``, instead: the object store's cost. Per size, the full build on a 2-worker Dask
 LocalCluster (its own process) twice, interleaved: (A) inputs, temp and output on local disk, (B) all
@@ -249,6 +252,22 @@ def busy_cores(stream: list[dict], start: float, wall: float, bins: int = 10) ->
     return [seconds / width for seconds in busy]
 
 
+def taskless_seconds(stream: list[dict], start: float, wall: float) -> tuple[float, float, float]:
+    """Seconds of a run in which no task ran on any worker, from Dask's task stream: before the first, between
+    tasks, after the last. A second worker cannot shorten these (the launcher plans and submits, the scheduler
+    hands on a shuffle's next step, the launcher writes the report): Amdahl's serial part of the run."""
+    spans = sorted(
+        (part["start"] - start, part["stop"] - start) for task in stream for part in task["startstops"] if part["action"] == "compute"
+    )
+    if not spans:
+        return wall, 0.0, 0.0
+    between, reached = 0.0, spans[0][1]
+    for begin, end in spans[1:]:
+        between += max(0.0, begin - reached)
+        reached = max(reached, end)
+    return spans[0][0], between, max(0.0, wall - reached)
+
+
 @contextlib.contextmanager
 def _task_stream(address: str) -> Iterator[Any]:
     """The scheduler's task stream while the block runs (its ``data`` after), through a client closed at the end."""
@@ -305,6 +324,7 @@ def dask_build(corpus: Path, out: Path, workers: int, timeline: bool = False) ->
             )
         if tasks is not None:
             result["busy"] = busy_cores(tasks.data, start, time.time() - start)
+            result["taskless"] = taskless_seconds(tasks.data, start, time.time() - start)
         result["cluster_cpu"] = sum(_tree_cpu(p.pid) for p in [scheduler, *worker_procs]) - cpu_cluster0
         result["scheduler"] = result["others"].get(scheduler.pid, 0)
         result["dask_workers"] = max((v for k, v in result["others"].items() if k != scheduler.pid), default=0)
@@ -648,7 +668,7 @@ def main() -> None:
         print_stages(r, nbytes)
     if args.dask_size:
         corpus, nbytes = corpus_of(args.dask_size, args.work, args.source, args.page_bytes)
-        ratios, equal_cpu, ceiling, bounds = [], [], [], []
+        ratios, equal_cpu, ceiling, bounds, amdahl = [], [], [], [], []
         for _ in range(args.repeat):  # interleaved: 2, 1, 2, 1, ... (one run pair swung from 1.75x to 2.31x here)
             ceiling.append(machine_speedup(2))
             dask = {n: dask_build(corpus, args.work / f"out-dask{n}", n, args.timeline) for n in (2, 1)}
@@ -667,6 +687,16 @@ def main() -> None:
                 )
                 if "busy" in r:
                     print(f"  cores its tasks kept busy, by tenth of the run: {' '.join(f'{b:.2f}' for b in r['busy'])}", flush=True)
+                    first, between, last = r["taskless"]
+                    print(
+                        f"  no task running for {first + between + last:.1f} s of {r['wall']:.1f}: {first:.1f} s before the first, "
+                        f"{between:.1f} s between tasks, {last:.1f} s after the last",
+                        flush=True,
+                    )
+            if args.timeline:
+                # The 1-worker run's task-less seconds as they are, its task seconds split evenly over 2 workers.
+                serial = sum(dask[1]["taskless"])
+                amdahl.append(dask[1]["wall"] / (serial + (dask[1]["wall"] - serial) / 2))
     print("\ntargets:")
     small, big = min(args.sizes), max(args.sizes)
     peak = lambda r: max(r["launcher"], r["workers"])  # noqa: E731
@@ -694,6 +724,11 @@ def main() -> None:
             f"  at equal CPU (cores busy, 2 workers / 1): {statistics.median(equal_cpu):.2f}x"
             f"{' (median of ' + ', '.join(f'{r:.2f}' for r in equal_cpu) + ')' if len(equal_cpu) > 1 else ''}"
         )
+        if amdahl:
+            print(
+                f"  with the 1-worker run's seconds without a task as they are and its task seconds halved: at most "
+                f"{statistics.median(amdahl):.2f}x{' (median of ' + ', '.join(f'{r:.2f}' for r in amdahl) + ')' if len(amdahl) > 1 else ''}"
+            )
         print(
             f"  this machine, 2 CPU-bound processes at once vs 1 alone (the most 2 workers can reach): {statistics.median(ceiling):.2f}x"
             f"{' (median of ' + ', '.join(f'{r:.2f}' for r in ceiling) + ')' if len(ceiling) > 1 else ''}"
