@@ -323,8 +323,9 @@ def dask_build(corpus: Path, out: Path, workers: int, timeline: bool = False) ->
                 watch=[scheduler.pid, *(p.pid for p in worker_procs)],
             )
         if tasks is not None:
-            result["busy"] = busy_cores(tasks.data, start, time.time() - start)
-            result["taskless"] = taskless_seconds(tasks.data, start, time.time() - start)
+            elapsed = time.time() - start
+            result["busy"] = busy_cores(tasks.data, start, elapsed)
+            result["taskless"] = taskless_seconds(tasks.data, start, elapsed)
         result["cluster_cpu"] = sum(_tree_cpu(p.pid) for p in [scheduler, *worker_procs]) - cpu_cluster0
         result["scheduler"] = result["others"].get(scheduler.pid, 0)
         result["dask_workers"] = max((v for k, v in result["others"].items() if k != scheduler.pid), default=0)
