@@ -218,3 +218,5 @@ def test_killed_launcher_resumes_and_the_lock_holds(inputs: dict[str, Any], refe
     assert data_digests(out) == reference
     assert storage.walk(temp) == [] and not storage.exists(f"{out}/.stages/build.lock")
     assert json.loads(storage.read_bytes(f"{out}/manifest.json"))["stages"]["documents"] == "ran"
+    again = run_build(cfg)  # the inputs known by their ETags: a build run again finds every stage unchanged
+    assert again.ran == {} and set(again.reused) == set(result.ran)
