@@ -207,6 +207,41 @@ def test_a_writers_parts_are_grouped_one_per_partition_on_the_cluster(tmp_path: 
     assert sorted(c for c in counts if c) == [1, 1, 1, 1]
 
 
+class _RecordGroup(beam.DoFn):
+    """One file per group, named by its key, holding its values sorted."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def process(self, group) -> None:
+        key, values = group
+        with open(os.path.join(self.folder, str(key)), "w") as f:
+            f.write(",".join(map(str, sorted(values))))
+
+
+def test_a_file_shuffle_groups_its_file_locations_in_one_task(tmp_path: Path) -> None:
+    """``FileGroupByKey``'s (bucket, location) pairs, a few per file, are grouped by one task on Dask: no task
+    shuffle (~n^2 tasks in steps that each wait on the scheduler), and the same groups as Beam's."""
+    from dask.distributed import Client, LocalCluster, get_task_stream
+
+    from corpusforge.pipeline.file_shuffle import FileGroupByKey
+
+    folder = tmp_path / "groups"
+    folder.mkdir()
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+        get_task_stream(client) as stream,
+    ):
+        with _pipeline_on(cluster.scheduler_address) as p:
+            pairs = p | beam.Create(range(400)) | beam.Map(lambda x: (x % 97, x))
+            _ = pairs | FileGroupByKey(str(tmp_path / "shuffle"), flush_elements=50) | beam.ParDo(_RecordGroup(str(folder)))
+    keys = [str(task["key"]) for task in stream.data]
+    assert any("_run_bundle" in key for key in keys) and not [key for key in keys if "shuffle-split" in key]
+    groups = {path.name: path.read_text() for path in folder.iterdir()}
+    assert groups == {str(k): ",".join(map(str, range(k, 400, 97))) for k in range(97)}
+
+
 def test_bundles_on_a_multithreaded_worker_do_not_share_dofn_state(tmp_path: Path) -> None:
     """``dask worker`` runs a thread per core: 400 elements in 128 partitions on 4 threads, each bundle counting its
     own elements, add up to 400 (on Beam's shared instance, one bundle's start_bundle reset another's count)."""
