@@ -323,7 +323,7 @@ class _BoundedGroupByKey(GroupByKey):
             # A few (bucket, location) pairs per file written: gathered and grouped in one task, then spread over
             # ``limit`` partitions for the readers. A task shuffle of n partitions is ~n^2 + 3n tasks in ~4 steps
             # one after another, each waiting on the scheduler: the near-dedup chain's ~20 file shuffles held the
-            # 400 MB documents job 3.5 s with no task running on one worker, 2.2-2.5 s so.
+            # 400 MB documents job 3.4-3.6 s with no task running on one worker, 2.2-2.6 s so (1.1-1.3 s on two).
             return input_bag.repartition(1).map_partitions(_group_all).repartition(limit)
         if input_bag.npartitions > limit:
             input_bag = input_bag.repartition(limit)

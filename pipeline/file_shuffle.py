@@ -35,13 +35,13 @@ FLUSH_ELEMENTS = 100_000  # pairs a worker holds before writing them out, at mos
 # ... and at most this many bytes of them, pickled (as objects, two to three times that): 100,000 DocRefs
 # had held ~90 MB in each reading worker, reached only past ~100 MB of 400 B pages.
 FLUSH_BYTES = 8 << 20
-# The label of the GroupByKey of the writers' (bucket, location) pairs, a few per file whatever the elements carry:
-# a runner may group them in one step (the Dask runner does, ``dask_runner._BoundedGroupByKey``).
-LOCATIONS = "FilesByBucket"
 SAMPLE = 32  # pairs pickled one by one for their size, until a flush measures it
 # A bucket whose files hold more than this (pickled) is grouped in as many passes over them, a share of its
 # keys each: a bucket is a fixed 64th of a shuffle, so it grows with the corpus while its groups must not.
 GROUP_BYTES = 32 << 20
+# The label of the GroupByKey of the writers' (bucket, location) pairs, a few per file whatever the elements carry:
+# a runner may group them in one step (the Dask runner does, ``dask_runner._BoundedGroupByKey``).
+LOCATIONS = "FilesByBucket"
 
 
 def bucket_of(key: Any, buckets: int = BUCKETS) -> int:
