@@ -93,7 +93,7 @@ def describe_inputs(paths: list[str], previous: list[dict[str, Any]]) -> list[di
     as DVC records for cloud dependencies: the launcher reads no input on a store, where hashing meant pulling
     the whole corpus through it before the job began. A store without such tags: sha256, read at every build.
     """
-    known = {_unchanged(e): e["sha256"] for e in previous if e.get("mtime_ns") is not None and "sha256" in e}
+    known = {_unchanged(e): e["sha256"] for e in previous if e.get("mtime_ns") is not None}  # local entries: each has one
     described = []
     for path in sorted({storage.resolve(p) for p in paths}):
         found = storage.stat(path)
