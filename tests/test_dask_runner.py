@@ -11,6 +11,7 @@ import sys
 import time
 import tomllib
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -219,9 +220,12 @@ class _RecordGroup(beam.DoFn):
             f.write(",".join(map(str, sorted(values))))
 
 
-def test_a_file_shuffle_groups_its_file_locations_in_one_task(tmp_path: Path) -> None:
-    """``FileGroupByKey``'s (bucket, location) pairs, a few per file, are grouped by one task on Dask: no task
-    shuffle (~n^2 tasks in steps that each wait on the scheduler), and the same groups as Beam's."""
+def test_a_file_shuffle_runs_as_its_writers_and_readers_only(tmp_path: Path) -> None:
+    """``FileGroupByKey``'s (bucket, location) pairs, a few per file, are grouped by each reader for its share of the
+    buckets: no task shuffle (~n^2 tasks in steps that each wait on the scheduler), no task gathering them and none
+    splitting them again, no alias task left by Dask's fusion; a task per read partition (read, key, write fused),
+    one per reader, and the same groups as Beam's."""
+    import dask.bag as db
     from dask.distributed import Client, LocalCluster, get_task_stream
 
     from corpusforge.pipeline.file_shuffle import FileGroupByKey
@@ -236,10 +240,31 @@ def test_a_file_shuffle_groups_its_file_locations_in_one_task(tmp_path: Path) ->
         with _pipeline_on(cluster.scheduler_address) as p:
             pairs = p | beam.Create(range(400)) | beam.Map(lambda x: (x % 97, x))
             _ = pairs | FileGroupByKey(str(tmp_path / "shuffle"), flush_elements=50) | beam.ParDo(_RecordGroup(str(folder)))
-    keys = [str(task["key"]) for task in stream.data]
-    assert any("_run_bundle" in key for key in keys) and not [key for key in keys if "shuffle-split" in key]
+    stages = Counter(task["key"][0] for task in stream.data if isinstance(task["key"], tuple))  # by fused task name
+    reads = db.from_sequence(range(400), npartitions=dask_runner.create_partitions(2)).npartitions  # as _SpreadCreate
+    assert sorted(stages.values()) == sorted([reads, dask_runner.shuffle_partitions(2)]), stages
     groups = {path.name: path.read_text() for path in folder.iterdir()}
     assert groups == {str(k): ",".join(map(str, range(k, 400, 97))) for k in range(97)}
+
+
+def test_fused_chains_keep_their_own_keys() -> None:
+    """Dask's fusion leaves an alias task per fused chain whose end others read; the runner's graph has none, and
+    computes the same."""
+    import dask
+    import dask.bag as db
+    from dask._task_spec import Alias
+
+    numbers = db.from_sequence(range(40), npartitions=8).map(lambda x: x * 3).map(lambda x: x + 1)
+    bags = [numbers.map(lambda x: x % 7).distinct(), numbers.filter(lambda x: x % 2).map(str)]
+
+    def aliases(graph) -> int:
+        return sum(isinstance(node, Alias) for node in dict(graph).values())
+
+    assert aliases(dask.optimize(*bags)[0].__dask_graph__()) >= 8  # what Dask's own optimization leaves
+    ours = dask_runner._without_aliases(bags)
+    assert aliases(ours[0].__dask_graph__()) == 0
+    expected = dask.compute(*bags, scheduler="sync")
+    assert dask.compute(*ours, scheduler="sync", optimize_graph=False) == expected
 
 
 def test_bundles_on_a_multithreaded_worker_do_not_share_dofn_state(tmp_path: Path) -> None:
