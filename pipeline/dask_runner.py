@@ -56,6 +56,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
 from dask.bag.core import groupby_tasks
 from dask.base import tokenize
+from dask.highlevelgraph import HighLevelGraph
 
 from corpusforge.pipeline import file_shuffle
 
@@ -349,8 +350,11 @@ def _inside(applied: AppliedPTransform | None, label: str) -> bool:
 def _grouped_shares(bag: db.Bag, shares: int) -> db.Bag:
     """``shares`` partitions, the i-th holding (key, [values]) for the keys whose ``shuffle_hash`` is i modulo
     ``shares``, each grouped by one task from all of ``bag``'s partitions (small ones: a few pairs per file)."""
-    parts = bag.to_delayed(optimize_graph=False)
-    return db.from_delayed([dask.delayed(_group_share, pure=True)(parts, i, shares) for i in range(shares)])
+    name = f"file-locations-{tokenize(bag.name, shares)}"
+    parts = [(bag.name, i) for i in range(bag.npartitions)]
+    # A layer of its own over the bag's graph (``to_delayed`` would copy the whole graph so far, at every shuffle).
+    layer = {(name, share): (_group_share, parts, share, shares) for share in range(shares)}
+    return db.Bag(HighLevelGraph.from_collections(name, layer, dependencies=[bag]), name, shares)
 
 
 def _group_share(parts: list[list[tuple]], share: int, shares: int) -> list[tuple]:
