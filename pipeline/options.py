@@ -25,7 +25,7 @@ LOCAL_RUNNER = "corpusforge.pipeline.local_runner.LocalRunner"  # Beam's batch D
 RUNNER_ALIASES = {
     "DirectRunner": LOCAL_RUNNER,
     "FnApiRunner": LOCAL_RUNNER,
-    "DaskRunner": "corpusforge.pipeline.dask_runner.DaskRunner",  # Beam's own, with seven fixes
+    "DaskRunner": "corpusforge.pipeline.dask_runner.DaskRunner",  # Beam's own, with eight fixes
 }
 COMPRESSED = (".bz2", ".gz", ".xz", ".zst")
 COMPRESSED_TEXT_RATIO = 4  # text per compressed byte, about (a Wikipedia dump's bz2: 3.2)
