@@ -470,7 +470,7 @@ def _without_aliases(bags: list[db.Bag]) -> list[db.Bag]:
         from dask._task_spec import Alias, Task
     except ImportError:
         return list(optimized)
-    graph = dict(optimized[0].__dask_graph__())  # one graph shared by all: they were optimized together
+    graph = {key: node for bag in optimized for key, node in dict(bag.__dask_graph__()).items()}  # optimized together: one graph
     referenced = collections.Counter(dependency for node in graph.values() for dependency in node.dependencies)
     for key, node in list(graph.items()):
         if isinstance(node, Alias) and referenced[node.target] == 1 and isinstance(graph.get(node.target), Task):
