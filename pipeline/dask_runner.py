@@ -470,7 +470,9 @@ def _without_aliases(bags: list[db.Bag]) -> list[db.Bag]:
         from dask._task_spec import Alias, Task
     except ImportError:
         return list(optimized)
-    graph = {key: node for bag in optimized for key, node in dict(bag.__dask_graph__()).items()}  # optimized together: one graph
+    graph: dict = {}
+    for bag in optimized:  # optimized together, they share one graph: each adds what the others lack, if anything
+        graph.update(bag.__dask_graph__())
     referenced = collections.Counter(dependency for node in graph.values() for dependency in node.dependencies)
     for key, node in list(graph.items()):
         if isinstance(node, Alias) and referenced[node.target] == 1 and isinstance(graph.get(node.target), Task):
