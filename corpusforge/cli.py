@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import re
 import tomllib
@@ -28,6 +29,18 @@ from corpusforge.trainer.cli import export_command, finetune_command, generate_c
 # Plain help (no rich markup): "[train]" stays literal and long option help wraps instead of being cut with "…".
 PLAIN = {"rich_markup_mode": None, "no_args_is_help": True}
 app = typer.Typer(add_completion=False, help=__doc__, **PLAIN)
+
+
+def console_script() -> None:
+    """The console script: ``app``, then an exit that does not walk what the command loaded. Python's exit runs the
+    cyclic collector over every object still alive (Beam's modules alone are ~230k): 0.8 s at the end of every
+    command that imported Beam, for memory the system takes back whole."""
+    try:
+        app()
+    finally:
+        gc.freeze()
+
+
 docs_app = typer.Typer(help="Look inside written documents and rejects.", **PLAIN)
 config_app = typer.Typer(help="The resolved configuration and the key reference.", **PLAIN)
 app.add_typer(docs_app, name="docs")

@@ -42,6 +42,7 @@ PRELOAD = [
     "corpusforge.pipeline.documents_job",
     "corpusforge.pipeline.examples_stage",
     "corpusforge.pipeline.webtext",
+    "corpusforge.pipeline.forkserver_frozen",  # last: freezes what the others loaded
 ]
 
 _lock = threading.Lock()
