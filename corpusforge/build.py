@@ -24,15 +24,14 @@ from corpusforge.core.config import Config
 from corpusforge.core.layout import Layout
 from corpusforge.markers import Marker, fingerprint, remove_marker, write_marker
 from corpusforge.pipeline import collector
+from corpusforge.pipeline.cluster_warmup import warm_runner
 from corpusforge.pipeline.forked_workers import forkserver_scope
 from corpusforge.pipeline.manifest import package_versions
-from corpusforge.pipeline.options import warm_runner
 from corpusforge.pipeline.summary import SourceStats, stats_to_json
 from corpusforge.plan import Plan, made_from, parts_of, plan_build
 from corpusforge.stages import BY_NAME, DOCUMENTS, STAGES, Context
 
 log = logging.getLogger(__name__)
-WARM_MODULES = ("corpusforge.pipeline.dask_runner", "corpusforge.pipeline.steps")  # Beam and the runner; the documents job's steps
 _SORT_DIR = re.compile(r"^\.sort-[0-9a-f]{32}$")  # the shard writer's sort folders
 
 
@@ -69,7 +68,7 @@ def run_build(cfg: Config, force: bool = False) -> BuildResult:
         collector.relaxed(),  # the launcher runs stages too (vocab, in-memory jobs)
         forkserver_scope(),  # the workers of every multi_processing job fork from one server
     ):
-        warm_runner(cfg.run, WARM_MODULES)  # a cluster's processes import while this one plans
+        warm_runner(cfg.run)  # a cluster's processes import while this one plans (at once from the command line)
         plan = plan_build(cfg, layout, force)  # reads only: a missing prerequisite stops the build before anything changes
         current = not plan.reasons and manifest_describes(layout, cfg)
         if not current:

@@ -20,6 +20,7 @@ from corpusforge.core import storage
 from corpusforge.core.config import Config, load_config
 from corpusforge.core.layout import Layout
 from corpusforge.corpora.document import InputFormatError
+from corpusforge.pipeline.cluster_warmup import warm_runner
 
 # Beam's optional GCP modules announce at import that they are not installed; nothing here uses them.
 logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())
@@ -154,6 +155,7 @@ def build(
     progress.configure_logging(-1 if quiet else int(verbose))
     cfg = resolve_config(config, set_)
     check_inputs(cfg)
+    warm_runner(cfg.run)  # before Beam is imported here (next): a cluster's processes import it alongside this one
     check_stages(cfg)
     from corpusforge.build import run_build
     from corpusforge.report import print_build_summary

@@ -4,7 +4,7 @@ Before a job's first task runs, Dask's scheduler unpickles the job's graph, impo
 (Beam, most of it, ~1.5 s), and only then does each worker do the same for its first task: on 400 MB of books,
 documents job, 2 workers, 2.9 s passed between the graph's submission and its first task, in which no worker
 worked. ``warm_cluster`` has the scheduler and every worker import those modules at once, while the launcher
-describes the inputs and builds the graph.
+imports Beam itself (the command line warms before its own import), describes the inputs and builds the graph.
 
 Only imports: a job reads and writes the same whether the warm-up ran, is still running or failed (a cluster that
 cannot be reached fails the job's own connection, with its own message). Each process imports on its event loop's
@@ -16,13 +16,55 @@ took 66-68 CPU-s instead of 59-63 (400 MB of books, 1 worker, two runs each), fo
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import importlib
 import logging
 import threading
 from collections.abc import Sequence
 
+from corpusforge.core.config import RunConfig
+
 log = logging.getLogger(__name__)
+MODULES = ("corpusforge.pipeline.dask_runner", "corpusforge.pipeline.steps")  # Beam and the runner; the documents job's steps
+_warmed: set[tuple] = set()  # (client keywords, modules) this process has warmed
+_warmed_lock = threading.Lock()
+
+
+def warm_runner(run: RunConfig, modules: Sequence[str] = MODULES) -> threading.Thread | None:
+    """On a Dask cluster named by ``run.beam_args``, the scheduler and every worker start importing ``modules`` now,
+    once per process: the command line asks before it imports Beam itself, so the cluster's imports run beside its
+    own (the build asks again as it starts: a no-op then). Other runners start their workers per job; Beam's
+    DaskRunner without an address starts a cluster of its own for the job, with nothing to warm before."""
+    keywords = client_keywords(run.beam_args) if run.runner == "DaskRunner" else {}
+    key = (tuple(sorted(keywords.items())), tuple(modules))
+    with _warmed_lock:
+        if not keywords.keys() & {"address", "scheduler_file"} or key in _warmed:
+            return None
+        _warmed.add(key)
+    import dask.distributed  # noqa: F401  (here, not in the thread: no import races the launcher's own of Beam)
+
+    return warm_cluster(keywords, modules)
+
+
+def client_keywords(beam_args: Sequence[str]) -> dict:
+    """The ``dask.distributed.Client`` keywords a warm-up needs from a job's Beam flags, read as Beam's DaskOptions
+    reads them (the job connects with its own; ``tests/test_cluster_warmup.py`` holds the two together) without
+    importing Beam."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--dask_client_address", dest="address")
+    parser.add_argument("--dask_scheduler_file", dest="scheduler_file")
+    parser.add_argument("--dask_connection_timeout", dest="timeout", type=_timeout)
+    found, _ = parser.parse_known_args(list(beam_args))
+    return {key: value for key, value in vars(found).items() if value is not None}
+
+
+def _timeout(flag: str) -> int | None:
+    """Beam's ``DaskOptions._parse_timeout``: whole seconds, anything else Dask's default."""
+    try:
+        return int(flag)
+    except ValueError:
+        return None
 
 
 def warm_cluster(client_options: dict, modules: Sequence[str]) -> threading.Thread:

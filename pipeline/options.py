@@ -8,7 +8,7 @@ Beam option passes through ``run.beam_args`` unchanged, so the same job runs on 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 import apache_beam as beam
@@ -16,7 +16,6 @@ from apache_beam.options.pipeline_options import PipelineOptions, PipelineOption
 
 from corpusforge.core import storage
 from corpusforge.core.config import RunConfig
-from corpusforge.pipeline.cluster_warmup import warm_cluster
 
 IN_PROCESS_RUNNERS = ("DirectRunner", "FnApiRunner")  # shuffled elements pass through the launching process
 FILE_SHUFFLE_RUNNERS = (*IN_PROCESS_RUNNERS, "DaskRunner")  # per-document shuffles through files: shuffles_through_files
@@ -55,15 +54,6 @@ class ViewOnce(PipelineOptions):
         if cls not in views:
             views[cls] = super().view_as(cls)
         return views[cls]
-
-
-def warm_runner(run: RunConfig, modules: Sequence[str]) -> None:
-    """On Dask, the scheduler and the workers start importing ``modules`` now, while the launcher plans the build
-    (``cluster_warmup``); the other runners start their workers per job."""
-    if run.runner == "DaskRunner":
-        from corpusforge.pipeline.dask_runner import client_options
-
-        warm_cluster(client_options(pipeline_options(run))[0], modules)
 
 
 @contextmanager

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,9 +14,9 @@ from distributed import Client
 from distributed.deploy.subprocess import SubprocessCluster
 
 from corpusforge import build
-from corpusforge.build import WARM_MODULES
-from corpusforge.core.config import load_config
-from corpusforge.pipeline.cluster_warmup import warm_cluster
+from corpusforge.core.config import RunConfig, load_config
+from corpusforge.pipeline.cluster_warmup import MODULES as WARM_MODULES
+from corpusforge.pipeline.cluster_warmup import client_keywords, warm_cluster, warm_runner
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # SubprocessCluster's own
 DEMO = Path(__file__).resolve().parents[1] / "configs" / "demo.toml"
@@ -63,7 +65,7 @@ def test_the_scheduler_and_every_worker_import_the_modules_before_any_job(cluste
 def test_a_build_on_the_cluster_warms_it_first(cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``colorsys`` is no module a job's graph names: only the warm-up imports it in the cluster."""
     cluster, client = cluster
-    monkeypatch.setattr(build, "WARM_MODULES", (*WARM_MODULES, "colorsys"))
+    monkeypatch.setattr(build, "warm_runner", lambda run: warm_runner(run, (*WARM_MODULES, "colorsys")))
     assert _everywhere(client, "colorsys") == [False] * 3
     address = cluster.scheduler_address
     out = json.dumps(str(tmp_path / "out"))
@@ -76,3 +78,51 @@ def test_an_unreachable_cluster_is_left_to_the_job_to_report(caplog) -> None:
     with caplog.at_level(logging.DEBUG, logger="corpusforge.pipeline.cluster_warmup"):
         warm_cluster({"address": "tcp://127.0.0.1:9", "timeout": "1s"}, WARM_MODULES).join(timeout=30)
     assert "was not warmed" in caplog.text
+
+
+def test_a_process_warms_a_cluster_once_and_only_one_it_names(cluster) -> None:
+    """The command line warms before the build does; without an address Beam's runner starts a cluster of its own."""
+    cluster, _ = cluster
+    assert warm_runner(RunConfig(runner="DaskRunner")) is None  # no address: warming would start a LocalCluster
+    assert warm_runner(RunConfig(beam_args=[f"--dask_client_address={cluster.scheduler_address}"])) is None  # not Dask
+    on_cluster = RunConfig(runner="DaskRunner", beam_args=[f"--dask_client_address={cluster.scheduler_address}"])
+    first = warm_runner(on_cluster)
+    assert first is not None and warm_runner(on_cluster) is None
+    first.join()
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--dask_client_address=tcp://10.0.0.1:8786"],
+        ["--dask_scheduler_file=/shared/scheduler.json", "--dask_connection_timeout=30"],
+        ["--dask_client_address", "127.0.0.1:8786", "--dask_connection_timeout=1s", "--dask_npartitions=8", "--other=1"],
+        [],
+    ],
+)
+def test_the_warm_up_reads_the_address_as_beams_dask_options_do(flags: list[str]) -> None:
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from corpusforge.pipeline.dask_runner import client_options
+
+    beams = client_options(PipelineOptions(flags))[0]
+    wanted = {
+        key: value for key, value in beams.items() if key in ("address", "scheduler_file", "timeout") and isinstance(value, (str, int))
+    }
+    assert client_keywords(flags) == wanted
+
+
+def test_the_command_line_warms_the_cluster_before_it_imports_beam(tmp_path: Path) -> None:
+    """The stage names are checked after Beam's import: an unknown one fails the build after the warm-up was sent."""
+    probe = (
+        "import sys\n"
+        "from corpusforge.pipeline import cluster_warmup\n"
+        "cluster_warmup.warm_cluster = lambda keywords, modules: print('warmed', keywords, 'apache_beam' in sys.modules)\n"
+        "from corpusforge.cli import console_script\n"
+        "sys.argv = ['corpusforge', 'build', '--set', 'run.runner=\"DaskRunner\"', '--set',\n"
+        "            'run.beam_args=[\"--dask_client_address=127.0.0.1:9\"]', '--set', 'run.stages=[\"nonsense\"]']\n"
+        "console_script()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2 and "unknown stage(s)" in done.stderr + done.stdout
+    assert "warmed {'address': '127.0.0.1:9'} False" in done.stdout
