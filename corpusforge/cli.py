@@ -20,6 +20,7 @@ from corpusforge.core import storage
 from corpusforge.core.config import Config, load_config
 from corpusforge.core.layout import Layout
 from corpusforge.corpora.document import InputFormatError
+from corpusforge.pipeline import collector
 from corpusforge.pipeline.cluster_warmup import warm_runner
 
 # Beam's optional GCP modules announce at import that they are not installed; nothing here uses them.
@@ -156,9 +157,10 @@ def build(
     cfg = resolve_config(config, set_)
     check_inputs(cfg)
     warm_runner(cfg.run)  # before Beam is imported here (next): a cluster's processes import it alongside this one
-    check_stages(cfg)
-    from corpusforge.build import run_build
-    from corpusforge.report import print_build_summary
+    with collector.paused():  # Beam's import, 0.4 CPU-s less
+        check_stages(cfg)
+        from corpusforge.build import run_build
+        from corpusforge.report import print_build_summary
 
     try:
         with progress.display(console, live=console.is_terminal and not quiet):

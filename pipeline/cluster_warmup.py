@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib
 import logging
 import threading
@@ -104,8 +105,14 @@ def _warm_scheduler(modules: list[str], dask_scheduler) -> None:
 
 
 def _import(modules: list[str]) -> None:
+    """The modules imported with the collector paused, then frozen: they live as long as the process, and its full
+    collections need not walk them (as a forked Beam worker's do not, ``forked_workers``)."""
+    from corpusforge.pipeline import collector
+
     try:
-        for name in modules:
-            importlib.import_module(name)
+        with collector.paused():
+            for name in modules:
+                importlib.import_module(name)
+        gc.freeze()
     except Exception as error:  # the job's own unpickling raises it where it matters
         log.warning("warming this Dask process failed: %s", error)

@@ -35,15 +35,7 @@ from apache_beam.utils import thread_pool_executor
 from google.protobuf import json_format, text_format
 
 FORKED_SDK_URN = "corpusforge:environment:forked_sdk:v1"
-# Imported once in the forkserver, so a forked worker starts with them loaded.
-PRELOAD = [
-    "apache_beam.runners.worker.sdk_worker_main",
-    "corpusforge.pipeline.forked_workers",
-    "corpusforge.pipeline.documents_job",
-    "corpusforge.pipeline.examples_stage",
-    "corpusforge.pipeline.webtext",
-    "corpusforge.pipeline.forkserver_frozen",  # last: freezes what the others loaded
-]
+PRELOAD = ["corpusforge.pipeline.forkserver_preload"]  # what the server imports once for every worker it forks
 
 _lock = threading.Lock()
 _context: BaseContext | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import subprocess
@@ -60,6 +61,7 @@ def test_the_scheduler_and_every_worker_import_the_modules_before_any_job(cluste
     assert _everywhere(client, WARM_MODULES[0]) == [False] * 3  # fresh processes: nothing of ours imported yet
     warm_cluster({"address": cluster.scheduler_address}, WARM_MODULES).join()
     assert _until(lambda: all(all(_everywhere(client, module)) for module in WARM_MODULES))
+    assert _until(lambda: min(client.run(gc.get_freeze_count).values()) > 100_000)  # out of the workers' collections
 
 
 def test_a_build_on_the_cluster_warms_it_first(cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

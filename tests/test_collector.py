@@ -30,6 +30,20 @@ def test_relax_keeps_a_higher_threshold_its_owner_set() -> None:
         gc.set_threshold(*before)
 
 
+def test_paused_holds_collections_off_and_restores_the_processs_own_state() -> None:
+    assert gc.isenabled()
+    with collector.paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector.paused():
+            pass
+        assert not gc.isenabled()  # its owner turned it off: it stays off
+    finally:
+        gc.enable()
+
+
 def _rss() -> int:
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
