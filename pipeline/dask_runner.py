@@ -23,8 +23,10 @@
    unmapped when freed. Here a worker fixes the mmap threshold at glibc's own dynamic ceiling (``MMAP_THRESHOLD``)
    before its first bundle; the trim threshold stays Dask's.
 8. Not Beam's: Dask's fusion of linear task chains keeps each fused chain's last key as an alias of the fused task,
-   a task that does nothing and still takes a round trip through the scheduler and a worker. Here the fused task
-   takes that key itself (``_without_aliases``). With fix 4's per-reader location groups, the 400 MB documents job
+   a task that does nothing and still takes a round trip through the scheduler and a worker. Here the chain's readers
+   read the fused task itself, and only a result's key is taken over by its task (``_without_aliases``): the
+   scheduler learns durations by key name, and a chain of real work under a shuffle's key (first done that way)
+   passed for a millisecond step, so four 0.5 s scatter tasks queued on one worker while the other idled. With fix 4's per-reader location groups, the 400 MB documents job
    on one worker ran 444 tasks instead of 820, and its seconds with no task running between tasks went 2.3 -> 1.2-1.4.
 
 The fixes reach into Beam's private runner code: every name they use is listed once in ``BEAM_INTERNALS``, with the
@@ -459,7 +461,7 @@ class _Visitor(PipelineVisitor):
 
 
 def _without_aliases(bags: list[db.Bag]) -> list[db.Bag]:
-    """The bags optimized as ``compute`` would (culled, linear chains fused), each fused chain under its own last key.
+    """The bags optimized as ``compute`` would (culled, linear chains fused), with no alias of a fused chain left.
 
     Dask's fusion names a fused task anew and keeps the chain's last key as an ``Alias`` of it, a task that does
     nothing but still takes a round trip through the scheduler and a worker: 24 of the 48 tasks of a Create, a Map
@@ -474,9 +476,18 @@ def _without_aliases(bags: list[db.Bag]) -> list[db.Bag]:
     for bag in optimized:  # optimized together, they share one graph: each adds what the others lack, if anything
         graph.update(bag.__dask_graph__())
     referenced = collections.Counter(dependency for node in graph.values() for dependency in node.dependencies)
+    outputs = {key for bag in optimized for key in bag.__dask_keys__()}
+    redirected = {}  # alias -> the fused task it named: its dependents read the task itself
     for key, node in list(graph.items()):
         if isinstance(node, Alias) and referenced[node.target] == 1 and isinstance(graph.get(node.target), Task):
-            graph[key] = graph.pop(node.target).substitute({}, key=key)
+            if key in outputs:  # a result the job's futures wait for: the task takes the alias's key
+                graph[key] = graph.pop(node.target).substitute({}, key=key)
+            else:
+                redirected[key] = node.target
+                del graph[key]
+    for key, node in list(graph.items()):
+        if node.dependencies & redirected.keys():
+            graph[key] = node.substitute(redirected)
     return [db.Bag(graph, bag.name, bag.npartitions) for bag in optimized]
 
 
