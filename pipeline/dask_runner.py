@@ -26,8 +26,9 @@
    a task that does nothing and still takes a round trip through the scheduler and a worker. Here the chain's readers
    read the fused task itself, and only a result's key is taken over by its task (``_without_aliases``): the
    scheduler learns durations by key name, and a chain of real work under a shuffle's key (first done that way)
-   passed for a millisecond step, so four 0.5 s scatter tasks queued on one worker while the other idled. With fix 4's per-reader location groups, the 400 MB documents job
-   on one worker ran 444 tasks instead of 820, and its seconds with no task running between tasks went 2.3 -> 1.2-1.4.
+   passed for a millisecond step, so four 0.5 s scatter tasks queued on one worker while the other idled. With fix
+   4's per-reader location groups, the 400 MB documents job on one worker ran 444 tasks instead of 820, and its
+   seconds with no task running between tasks went 2.3 -> 1.2-1.4.
 
 The fixes reach into Beam's private runner code: every name they use is listed once in ``BEAM_INTERNALS``, with the
 bug it works around, and ``check_beam_internals()`` runs before they are imported, so a Beam release that moved one
