@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
-import importlib
 import logging
 import threading
 from collections.abc import Sequence
 
 from corpusforge.core.config import RunConfig
+from corpusforge.pipeline import collector
 
 log = logging.getLogger(__name__)
 MODULES = ("corpusforge.pipeline.dask_runner", "corpusforge.pipeline.steps")  # Beam and the runner; the documents job's steps
@@ -105,14 +104,8 @@ def _warm_scheduler(modules: list[str], dask_scheduler) -> None:
 
 
 def _import(modules: list[str]) -> None:
-    """The modules imported with the collector paused, then frozen: they live as long as the process, and its full
-    collections need not walk them (as a forked Beam worker's do not, ``forked_workers``)."""
-    from corpusforge.pipeline import collector
-
+    """The modules imported for the rest of the process (``collector.import_for_good``, as the forkserver's are)."""
     try:
-        with collector.paused():
-            for name in modules:
-                importlib.import_module(name)
-        gc.freeze()
+        collector.import_for_good(modules)
     except Exception as error:  # the job's own unpickling raises it where it matters
         log.warning("warming this Dask process failed: %s", error)

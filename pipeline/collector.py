@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import ctypes
 import gc
-from collections.abc import Iterator
+import importlib
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import pyarrow as pa
@@ -54,6 +55,15 @@ def paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def import_for_good(modules: Sequence[str]) -> None:
+    """Import ``modules`` with the collector paused, then freeze all the process holds: in a process that keeps them
+    to its end (a forkserver, a Dask worker), no full collection walks them again, nor does its exit."""
+    with paused():
+        for name in modules:
+            importlib.import_module(name)
+    gc.freeze()
 
 
 def release_freed_memory() -> None:
