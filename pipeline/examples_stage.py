@@ -4,7 +4,8 @@ BERT: documents -> sentences -> token ids (``encoding.sentence_tokens`` over ~1 
 time, once per document, before the dupe fan-out) -> for each dupe index ``d`` a random partner
 bucket (``encoding.bert_examples`` explains why this draws random-next segments from the whole
 corpus) -> a file shuffle (``pipeline.file_shuffle``: the producing worker writes the token arrays
-into bucket files, only file names travel through the runner) -> examples of a bucket as numpy columns.
+into bucket files, only file names travel through the runner) by group of partner buckets (about
+``partner_bucket_bytes`` of text) -> examples of each bucket as numpy columns, spilled per group.
 GPT: documents -> token ids -> hash bucket -> the same file shuffle -> windows of one token stream per bucket; a
 batch's documents of one bucket travel as one element (``encoding.gpt_examples.DocumentTokens``).
 
@@ -53,7 +54,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from corpusforge.core import storage
 from corpusforge.core.config import BertConfig, GptConfig, ShardsConfig
 from corpusforge.core.hashing import mix64, stable_hash
-from corpusforge.encoding.bert_examples import MaskingVocab, TokenizedDocument, create_bucket_examples, tokenize_documents
+from corpusforge.encoding.bert_examples import BertExamples, MaskingVocab, TokenizedDocument, create_bucket_examples, tokenize_documents
 from corpusforge.encoding.gpt_examples import DocumentTokens, cut_windows, stream_buckets, tokenize_texts
 from corpusforge.encoding.sentence_tokens import SentenceEncoder
 from corpusforge.encoding.vocab import load_tokenizer, vocab_manifest
@@ -142,19 +143,38 @@ def bucket_count(n_docs: int, text_bytes: int, docs_per_bucket: int, bytes_per_b
     return max(1, n_docs // docs_per_bucket, text_bytes // bytes_per_bucket)
 
 
+def partner_bucket(doc_id: str, dupe: int, buckets: int, seed: int) -> int:
+    """The bucket a document's random next sentences come from at dupe index ``dupe``: drawn afresh from the whole corpus."""
+    return stable_hash(seed, dupe, doc_id) % buckets
+
+
+def partner_group_size(buckets: int, text_bytes: int, bert: BertConfig) -> int:
+    """Partner buckets spilled together: as many as hold about ``partner_bucket_bytes`` of text (1 for books, whose
+    buckets are that size already), so a worker holds no more than a bucket of books."""
+    return max(1, bert.partner_bucket_bytes * buckets // max(text_bytes, 1))
+
+
 def partner_buckets(
-    doc: TokenizedDocument, buckets: int, bert: BertConfig, seed: int
+    doc: TokenizedDocument, buckets: int, per_group: int, bert: BertConfig, seed: int
 ) -> Iterator[tuple[tuple[int, int], TokenizedDocument]]:
-    """The document once per dupe index, each time in a bucket drawn afresh from the whole corpus."""
+    """The document once per dupe index, keyed by the group of its partner bucket (``MakeBertExamples``)."""
     for dupe in range(bert.dupe_factor):
-        yield (dupe, stable_hash(seed, dupe, doc.id) % buckets), doc
+        yield (dupe, partner_bucket(doc.id, dupe, buckets, seed) // per_group), doc
 
 
 class MakeBertExamples(beam.DoFn):
-    """(dupe, partner bucket) -> its examples spilled to ``temp/examples``; yields only the counters."""
+    """(dupe, partner group) -> the examples of each partner bucket in it, spilled to ``temp/examples`` together;
+    yields only the counters.
 
-    def __init__(self, vocab_dir: str, bert: BertConfig, temp: str, sort_buckets: int, seed: int) -> None:
+    A group is as many partner buckets as hold about ``partner_bucket_bytes`` of text (``partner_group_size``):
+    every producer writes a file per sort bucket, so 4 KB articles in buckets of 256 documents had made a
+    hundred producers and ~5,200 small files per 100 MB, whose creation, renaming, reading and removal cost a
+    fifth of the BERT stage's CPU. Each bucket's examples are those it makes alone: the bytes do not change.
+    """
+
+    def __init__(self, vocab_dir: str, bert: BertConfig, temp: str, sort_buckets: int, seed: int, buckets: int) -> None:
         self._vocab_dir, self._bert, self._temp, self._sort_buckets, self._seed = vocab_dir, bert, temp, sort_buckets, seed
+        self._buckets = buckets
 
     def setup(self) -> None:
         collector.relax()
@@ -162,13 +182,28 @@ class MakeBertExamples(beam.DoFn):
         self._schema = bert_schema(self._bert.max_seq_length, self._bert.max_predictions_per_seq, self._vocab.size)
 
     def process(self, element: tuple[tuple[int, int], Iterable[TokenizedDocument]]) -> Iterator[dict]:
-        (dupe, bucket), docs = element
-        docs = sorted(docs, key=lambda d: d.id)
-        examples, counters = create_bucket_examples(docs, dupe, self._vocab, self._bert, self._seed)
-        if len(examples):
-            keys = example_keys([stable_hash(self._seed, "order", doc.id, dupe) for doc in docs], examples.a_doc)
+        (dupe, group), docs = element
+        by_bucket: dict[int, list[TokenizedDocument]] = {}
+        for doc in docs:
+            by_bucket.setdefault(partner_bucket(doc.id, dupe, self._buckets, self._seed), []).append(doc)
+        parts, keys, counters = [], [], Counter()
+        for bucket in sorted(by_bucket):
+            bucket_docs = sorted(by_bucket[bucket], key=lambda d: d.id)
+            examples, made = create_bucket_examples(bucket_docs, dupe, self._vocab, self._bert, self._seed)
+            counters.update(made)
+            if len(examples):
+                parts.append(examples)
+                keys.append(example_keys([stable_hash(self._seed, "order", doc.id, dupe) for doc in bucket_docs], examples.a_doc))
+        if parts:
+            examples = BertExamples.concatenate(parts) if len(parts) > 1 else parts[0]
+            del parts
             spill_pieces(
-                storage.join(self._temp, EXAMPLES_DIR), f"{dupe}-{bucket}", keys, examples.columns(), self._schema, self._sort_buckets
+                storage.join(self._temp, EXAMPLES_DIR),
+                f"{dupe}-{group}",
+                np.concatenate(keys),
+                examples.columns(),
+                self._schema,
+                self._sort_buckets,
             )
         yield dict(counters)
 
@@ -256,8 +291,10 @@ class SpillExamples(beam.PTransform):
 def bert_examples(job: Job, bert: BertConfig, size: tuple[int, int]) -> beam.PTransform:
     """Batches of (doc id, sentences) -> the counters file; examples spilled by partner bucket."""
     buckets = bucket_count(*size, bert.partner_bucket_size, bert.partner_bucket_bytes)
-    make = MakeBertExamples(job.vocab_dir, bert, job.temp, job.sort_buckets, job.seed)
-    return SpillExamples(job, tokenize_documents, partial(partner_buckets, buckets=buckets, bert=bert, seed=job.seed), make)
+    per_group = partner_group_size(buckets, size[1], bert)
+    make = MakeBertExamples(job.vocab_dir, bert, job.temp, job.sort_buckets, job.seed, buckets)
+    assign = partial(partner_buckets, buckets=buckets, per_group=per_group, bert=bert, seed=job.seed)
+    return SpillExamples(job, tokenize_documents, assign, make)
 
 
 def gpt_windows(job: Job, gpt: GptConfig, size: tuple[int, int], layout: Layout) -> beam.PTransform:

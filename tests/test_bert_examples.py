@@ -8,6 +8,7 @@ from random import Random
 
 import apache_beam as beam
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
@@ -31,6 +32,7 @@ from corpusforge.encoding.bert_examples import (
 )
 from corpusforge.encoding.sentence_tokens import SentenceEncoder
 from corpusforge.encoding.vocab import load_tokenizer
+from corpusforge.pipeline import examples_stage
 from corpusforge.pipeline.documents_io import documents_table, write_table_atomic
 from corpusforge.pipeline.examples_stage import partner_buckets, write_bert_shards
 from corpusforge.pipeline.file_shuffle import FileGroupByKey
@@ -286,7 +288,7 @@ def test_documents_reach_every_partner_bucket_through_the_file_shuffle(tmp_path)
         groups = (
             p
             | beam.Create(docs)
-            | beam.FlatMap(partner_buckets, buckets=4, bert=bert, seed=7)
+            | beam.FlatMap(partner_buckets, buckets=4, per_group=2, bert=bert, seed=7)
             | FileGroupByKey(str(folder))
             | beam.Map(lambda group: [(group[0], doc) for doc in group[1]])
         )
@@ -297,8 +299,8 @@ def test_documents_reach_every_partner_bucket_through_the_file_shuffle(tmp_path)
 
 
 def _same_as(pair: tuple[tuple[int, int], TokenizedDocument], originals: dict, buckets: int, seed: int) -> None:
-    (dupe, bucket), doc = pair
-    assert bucket == stable_hash(seed, dupe, doc.id) % buckets
+    (dupe, group), doc = pair
+    assert group == stable_hash(seed, dupe, doc.id) % buckets // 2
     np.testing.assert_array_equal(doc.tokens, originals[doc.id].tokens)
     np.testing.assert_array_equal(doc.offsets, originals[doc.id].offsets)
     assert doc.tokens.dtype == np.uint16 and doc.offsets.dtype == np.int64
@@ -363,6 +365,28 @@ def test_beam_stage_writes_identical_shards_on_every_runner(parquet_documents, v
     # Globally shuffled: both labels appear in every stretch of the order, not in runs per bucket.
     assert all(0.3 < chunk.mean() < 0.7 for chunk in np.array_split(labels, 4))
     assert_hf_reads_like_pyarrow(manifest.shard_path(manifest.shards[-1]), tmp_path / "hf")
+
+
+def test_partner_buckets_spilled_together_make_the_same_shards(parquet_documents, vocab_dir, tmp_path, monkeypatch):
+    """A group of partner buckets is one producer of spill files (a file per sort bucket each), its examples those
+    its buckets make alone: the same shards as a producer per bucket, from a fraction of the files."""
+    bert = BertConfig(dupe_factor=2, partner_bucket_size=4)  # 8 buckets of the 32 documents, all in one group
+    shards = ShardsConfig(max_examples=700, sort_bucket_bytes=64 * 1024)
+    options = PipelineOptions([], runner=LOCAL_RUNNER, direct_running_mode="in_memory")
+    spill, producers, manifests = examples_stage.spill_pieces, {}, {}
+    for grouped in (True, False):
+        if not grouped:
+            monkeypatch.setattr(examples_stage, "partner_group_size", lambda buckets, text_bytes, bert: 1)
+        seen = producers[grouped] = []
+        monkeypatch.setattr(
+            examples_stage, "spill_pieces", lambda folder, origin, *rest: (seen.append(origin), spill(folder, origin, *rest))
+        )
+        manifests[grouped] = write_bert_shards(options, parquet_documents, vocab_dir, tmp_path / str(grouped), bert, shards, seed=5)
+    ids = [i for path in parquet_documents for i in pq.read_table(path, columns=["id"]).column("id").to_pylist()]
+    buckets = {f"{dupe}-{stable_hash(5, dupe, i) % 8}" for dupe in range(2) for i in ids}
+    assert sorted(producers[True]) == ["0-0", "1-0"] and sorted(producers[False]) == sorted(buckets) and len(buckets) > 8
+    assert [s["sha256"] for s in manifests[True]["shards"]] == [s["sha256"] for s in manifests[False]["shards"]]
+    assert len(manifests[True]["shards"]) > 1 and manifests[True]["totals"] == manifests[False]["totals"]
 
 
 def test_sentences_without_tokens_are_dropped_and_counted(vocab_dir, vocab):
