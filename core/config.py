@@ -163,7 +163,11 @@ class BertConfig(Section):
     random_next_prob: float = Field(0.5, description="probability that segment B is a random segment (NSP label 1)")
     whole_word_mask: bool = Field(False, description="mask all pieces of a word together")
     partner_bucket_size: int = Field(256, description="documents per bucket that random NSP partners are drawn from, at most")
-    partner_bucket_bytes: int = Field(32 << 20, ge=1, description="text per partner bucket, about: a worker holds one bucket's tokens")
+    partner_bucket_bytes: int = Field(
+        32 << 20,
+        ge=1,
+        description="text per partner bucket, about, and per group of smaller buckets spilled together: a worker holds that much text's tokens",
+    )
 
 
 class GptConfig(Section):
