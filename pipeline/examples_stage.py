@@ -143,11 +143,6 @@ def bucket_count(n_docs: int, text_bytes: int, docs_per_bucket: int, bytes_per_b
     return max(1, n_docs // docs_per_bucket, text_bytes // bytes_per_bucket)
 
 
-def partner_bucket(doc_id: str, dupe: int, buckets: int, seed: int) -> int:
-    """The bucket a document's random next sentences come from at dupe index ``dupe``: drawn afresh from the whole corpus."""
-    return stable_hash(seed, dupe, doc_id) % buckets
-
-
 def partner_group_size(buckets: int, text_bytes: int, bert: BertConfig) -> int:
     """Partner buckets spilled together: as many as hold about ``partner_bucket_bytes`` of text (1 for books, whose
     buckets are that size already), so a worker holds no more than a bucket of books."""
@@ -156,10 +151,12 @@ def partner_group_size(buckets: int, text_bytes: int, bert: BertConfig) -> int:
 
 def partner_buckets(
     doc: TokenizedDocument, buckets: int, per_group: int, bert: BertConfig, seed: int
-) -> Iterator[tuple[tuple[int, int], TokenizedDocument]]:
-    """The document once per dupe index, keyed by the group of its partner bucket (``MakeBertExamples``)."""
+) -> Iterator[tuple[tuple[int, int], tuple[int, TokenizedDocument]]]:
+    """The document once per dupe index, each time in a bucket drawn afresh from the whole corpus, keyed by the
+    bucket's group (``MakeBertExamples``) and carrying the bucket: it is not hashed again there."""
     for dupe in range(bert.dupe_factor):
-        yield (dupe, partner_bucket(doc.id, dupe, buckets, seed) // per_group), doc
+        bucket = stable_hash(seed, dupe, doc.id) % buckets
+        yield (dupe, bucket // per_group), (bucket, doc)
 
 
 class MakeBertExamples(beam.DoFn):
@@ -172,20 +169,19 @@ class MakeBertExamples(beam.DoFn):
     13-21% of the BERT stage's CPU. Each bucket's examples are those it makes alone: the bytes do not change.
     """
 
-    def __init__(self, vocab_dir: str, bert: BertConfig, temp: str, sort_buckets: int, seed: int, buckets: int) -> None:
+    def __init__(self, vocab_dir: str, bert: BertConfig, temp: str, sort_buckets: int, seed: int) -> None:
         self._vocab_dir, self._bert, self._temp, self._sort_buckets, self._seed = vocab_dir, bert, temp, sort_buckets, seed
-        self._buckets = buckets
 
     def setup(self) -> None:
         collector.relax()
         self._vocab = MaskingVocab.from_tokenizer(load_tokenizer(self._vocab_dir))
         self._schema = bert_schema(self._bert.max_seq_length, self._bert.max_predictions_per_seq, self._vocab.size)
 
-    def process(self, element: tuple[tuple[int, int], Iterable[TokenizedDocument]]) -> Iterator[dict]:
-        (dupe, group), docs = element
+    def process(self, element: tuple[tuple[int, int], Iterable[tuple[int, TokenizedDocument]]]) -> Iterator[dict]:
+        (dupe, group), members = element
         by_bucket: dict[int, list[TokenizedDocument]] = {}
-        for doc in docs:
-            by_bucket.setdefault(partner_bucket(doc.id, dupe, self._buckets, self._seed), []).append(doc)
+        for bucket, doc in members:
+            by_bucket.setdefault(bucket, []).append(doc)
         parts, keys, counters = [], [], Counter()
         for bucket in sorted(by_bucket):
             bucket_docs = sorted(by_bucket[bucket], key=lambda d: d.id)
@@ -292,7 +288,7 @@ def bert_examples(job: Job, bert: BertConfig, size: tuple[int, int]) -> beam.PTr
     """Batches of (doc id, sentences) -> the counters file; examples spilled by group of partner buckets."""
     buckets = bucket_count(*size, bert.partner_bucket_size, bert.partner_bucket_bytes)
     per_group = partner_group_size(buckets, size[1], bert)
-    make = MakeBertExamples(job.vocab_dir, bert, job.temp, job.sort_buckets, job.seed, buckets)
+    make = MakeBertExamples(job.vocab_dir, bert, job.temp, job.sort_buckets, job.seed)
     assign = partial(partner_buckets, buckets=buckets, per_group=per_group, bert=bert, seed=job.seed)
     return SpillExamples(job, tokenize_documents, assign, make)
 

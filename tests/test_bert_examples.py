@@ -290,17 +290,17 @@ def test_documents_reach_every_partner_bucket_through_the_file_shuffle(tmp_path)
             | beam.Create(docs)
             | beam.FlatMap(partner_buckets, buckets=4, per_group=2, bert=bert, seed=7)
             | FileGroupByKey(str(folder))
-            | beam.Map(lambda group: [(group[0], doc) for doc in group[1]])
+            | beam.Map(lambda group: [(group[0], bucket, doc) for bucket, doc in group[1]])
         )
-        seen = groups | beam.FlatMap(lambda pairs: pairs) | beam.Map(lambda pair: (pair[1].id, pair[0][0]))
+        seen = groups | beam.FlatMap(lambda members: members) | beam.Map(lambda member: (member[2].id, member[0][0]))
         assert_that(seen | beam.combiners.Count.PerElement(), equal_to([((doc.id, dupe), 1) for doc in docs for dupe in range(3)]))
-        _ = groups | beam.FlatMap(lambda pairs: pairs) | beam.Map(_same_as, {doc.id: doc for doc in docs}, buckets=4, seed=7)
+        _ = groups | beam.FlatMap(lambda members: members) | beam.Map(_same_as, {doc.id: doc for doc in docs}, buckets=4, seed=7)
     assert any(folder.rglob("*.pickle"))  # the documents went through files, not Beam's shuffle
 
 
-def _same_as(pair: tuple[tuple[int, int], TokenizedDocument], originals: dict, buckets: int, seed: int) -> None:
-    (dupe, group), doc = pair
-    assert group == stable_hash(seed, dupe, doc.id) % buckets // 2
+def _same_as(member: tuple[tuple[int, int], int, TokenizedDocument], originals: dict, buckets: int, seed: int) -> None:
+    (dupe, group), bucket, doc = member
+    assert bucket == stable_hash(seed, dupe, doc.id) % buckets and group == bucket // 2
     np.testing.assert_array_equal(doc.tokens, originals[doc.id].tokens)
     np.testing.assert_array_equal(doc.offsets, originals[doc.id].offsets)
     assert doc.tokens.dtype == np.uint16 and doc.offsets.dtype == np.int64
