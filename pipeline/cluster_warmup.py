@@ -1,17 +1,16 @@
-"""A Dask cluster made ready for a build's jobs while the launcher still plans them.
+"""A Dask cluster's workers made ready for a build's jobs while the launcher still plans them.
 
-Before a job's first task runs, Dask's scheduler unpickles the job's graph, importing every module the graph names
-(Beam, most of it, ~1.5 s), and only then does each worker do the same for its first task: on 400 MB of books,
-documents job, 2 workers, 2.9 s passed between the graph's submission and its first task, in which no worker
-worked. ``warm_cluster`` has the scheduler and every worker import those modules at once, while the launcher
-imports Beam itself (the command line warms before its own import), describes the inputs and builds the graph.
+Before a job's first task runs, each worker unpickles it, importing every module the task names (Beam, most of
+it, the runner and the job's steps: ~2.2 CPU-s). ``warm_cluster`` has every worker import those modules at once,
+while the launcher imports Beam itself (the command line warms before its own import), describes the inputs and
+builds the graph. The scheduler imports none of them: it forwards sealed tasks (``sealed_tasks``) unread.
 
 Only imports: a job reads and writes the same whether the warm-up ran, is still running or failed (a cluster that
-cannot be reached fails the job's own connection, with its own message). Each process imports on its event loop's
-thread, where it also unpickles a job's graph (the scheduler) and tasks (a worker), and only while it holds no task:
-imports of the same modules in two threads at once can fail (Beam's circular imports then meet a partially
-initialised module). Loading the language-ID model there as well was measured and left out: the worker's work then
-took 66-68 CPU-s instead of 59-63 (400 MB of books, 1 worker, two runs each), for a load of under a second.
+cannot be reached fails the job's own connection, with its own message). Each worker imports on its event loop's
+thread, where it also unpickles a job's tasks, and only while it holds no task: imports of the same modules in two
+threads at once can fail (Beam's circular imports then meet a partially initialised module). Loading the
+language-ID model there as well was measured and left out: the worker's work then took 66-68 CPU-s instead of
+59-63 (400 MB of books, 1 worker, two runs each), for a load of under a second.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ _warmed_lock = threading.Lock()
 
 
 def warm_runner(run: RunConfig, modules: Sequence[str] = MODULES) -> threading.Thread | None:
-    """On a Dask cluster named by ``run.beam_args``, the scheduler and every worker start importing ``modules`` now,
+    """On a Dask cluster named by ``run.beam_args``, every worker starts importing ``modules`` now,
     once per process: the command line asks before it imports Beam itself, so the cluster's imports run beside its
     own (the build asks again as it starts: a no-op then). Other runners start their workers per job; Beam's
     DaskRunner without an address starts a cluster of its own for the job, with nothing to warm before."""
@@ -68,8 +67,8 @@ def _timeout(flag: str) -> int | None:
 
 
 def warm_cluster(client_options: dict, modules: Sequence[str]) -> threading.Thread:
-    """Have the scheduler and every worker import ``modules``, all at once, from a thread of this process that
-    ends when the requests are answered."""
+    """Have every worker import ``modules``, all at once, from a thread of this process that ends when the request
+    is answered."""
 
     def send() -> None:
         try:
@@ -86,20 +85,12 @@ async def _send(client_options: dict, modules: list[str]) -> None:
     import dask.distributed as ddist
 
     async with ddist.Client(**client_options, asynchronous=True, set_as_default=False) as client:  # the job's own stays Dask's default
-        # Answered once every worker has its import scheduled (``wait=False``), before the scheduler's own holds the
-        # scheduler's loop: the two run at once.
-        await client.run(_warm_worker, modules, wait=False)
-        await client.run_on_scheduler(_warm_scheduler, modules)
+        await client.run(_warm_worker, modules, wait=False)  # answered once every worker has its import scheduled
 
 
 async def _warm_worker(modules: list[str], dask_worker) -> None:
     """A coroutine only so that ``Client.run`` need not wait for it; it runs on the worker's loop and holds it."""
     if not dask_worker.state.tasks:
-        _import(modules)
-
-
-def _warm_scheduler(modules: list[str], dask_scheduler) -> None:
-    if not dask_scheduler.tasks:
         _import(modules)
 
 

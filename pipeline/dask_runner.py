@@ -29,6 +29,9 @@
    passed for a millisecond step, so four 0.5 s scatter tasks queued on one worker while the other idled. With fix
    4's per-reader location groups, the 400 MB documents job on one worker ran 444 tasks instead of 820, and its
    seconds with no task running between tasks went 2.3 -> 1.2-1.4.
+9. Not Beam's: Dask's scheduler unpickles the graph it is sent, importing Beam and the job's steps to hold every
+   task's objects, and pickles each task again for its worker. Here each task is sealed (``sealed_tasks``): pickled
+   once by the launcher, forwarded unread by the scheduler, unpickled by the worker that runs it.
 
 The fixes reach into Beam's private runner code: every name they use is listed once in ``BEAM_INTERNALS``, with the
 bug it works around, and ``check_beam_internals()`` runs before they are imported, so a Beam release that moved one
@@ -492,6 +495,20 @@ def _without_aliases(bags: list[db.Bag]) -> list[db.Bag]:
     return [db.Bag(graph, bag.name, bag.npartitions) for bag in optimized]
 
 
+def _sealed(bags: list[db.Bag]) -> list[db.Bag]:
+    """The bags' tasks sealed (``sealed_tasks``): the scheduler forwards them unread, importing nothing of the
+    job's. Fix 9, not Beam's. Dask before 2024.12 (no task classes) gets the graph as it is."""
+    try:
+        from corpusforge.pipeline.sealed_tasks import seal
+    except ImportError:
+        return bags
+    graph: dict = {}
+    for bag in bags:
+        graph.update(bag.__dask_graph__())
+    sealed = seal(graph)
+    return [db.Bag(sealed, bag.name, bag.npartitions) for bag in bags]
+
+
 class _Result(DaskRunnerResult):
     """Closes the client it opened once the job is done, so no reconnect loop outlives the cluster. Fix 5; no
     upstream issue found."""
@@ -523,5 +540,5 @@ class DaskRunner(BeamDaskRunner):
         pipeline.replace_all(dask_overrides())
         visitor = _Visitor(bag_kwargs, sum(client.nthreads().values()))
         pipeline.visit(visitor)
-        futures = client.compute(_without_aliases(visitor.leaves()), optimize_graph=False)  # one graph: shared tasks run once
+        futures = client.compute(_sealed(_without_aliases(visitor.leaves())), optimize_graph=False)  # one graph: shared tasks run once
         return _Result(client, futures)

@@ -1,4 +1,4 @@
-"""Warming a Dask cluster of separate processes (scheduler included) before a build's first job."""
+"""Warming a Dask cluster of separate processes before a build's first job; its scheduler left without the job's code."""
 
 from __future__ import annotations
 
@@ -56,16 +56,20 @@ def cluster():
         yield cluster, client
 
 
-def test_the_scheduler_and_every_worker_import_the_modules_before_any_job(cluster) -> None:
+def test_every_worker_imports_the_modules_before_any_job(cluster) -> None:
     cluster, client = cluster
     assert _everywhere(client, WARM_MODULES[0]) == [False] * 3  # fresh processes: nothing of ours imported yet
     warm_cluster({"address": cluster.scheduler_address}, WARM_MODULES).join()
-    assert _until(lambda: all(all(_everywhere(client, module)) for module in WARM_MODULES))
+    assert _until(lambda: all(all(_everywhere(client, module)[1:]) for module in WARM_MODULES))
     assert _until(lambda: min(client.run(gc.get_freeze_count).values()) > 100_000)  # out of the workers' collections
+    assert [_everywhere(client, module)[0] for module in WARM_MODULES] == [False] * len(WARM_MODULES)  # not the scheduler
 
 
-def test_a_build_on_the_cluster_warms_it_first(cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``colorsys`` is no module a job's graph names: only the warm-up imports it in the cluster."""
+def test_a_build_on_the_cluster_warms_it_first_and_leaves_the_scheduler_without_beam(
+    cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``colorsys`` is no module a job's graph names: only the warm-up imports it, on the workers. The scheduler
+    forwards the job's sealed tasks unread: Beam and the job's steps never load there."""
     cluster, client = cluster
     monkeypatch.setattr(build, "warm_runner", lambda run: warm_runner(run, (*WARM_MODULES, "colorsys")))
     assert _everywhere(client, "colorsys") == [False] * 3
@@ -73,7 +77,10 @@ def test_a_build_on_the_cluster_warms_it_first(cluster, tmp_path: Path, monkeypa
     out = json.dumps(str(tmp_path / "out"))
     overrides = [f"run.output_dir={out}", 'run.stages=["books", "clean", "documents"]', 'run.runner="DaskRunner"']
     build.run_build(load_config(DEMO, [*overrides, f'run.beam_args=["--dask_client_address={address}"]']))
-    assert _until(lambda: all(_everywhere(client, "colorsys")))
+    assert _until(lambda: all(_everywhere(client, "colorsys")[1:]))
+    assert (tmp_path / "out" / "documents").is_dir()
+    for module in ("apache_beam", "corpusforge.pipeline.steps", "corpusforge.corpora.books", "colorsys"):
+        assert not _everywhere(client, module)[0], module
 
 
 def test_an_unreachable_cluster_is_left_to_the_job_to_report(caplog) -> None:
