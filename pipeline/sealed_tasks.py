@@ -4,16 +4,21 @@ Dask's scheduler unpickles the whole graph it is sent, so it imported Beam, the 
 modules a task's DoFns name: ~2.2 CPU-s, on a 2-core cluster the cores the launcher and the workers were importing
 on), held every task's objects, then pickled each one again to send it to a worker. A sealed task is the same key
 and the same dependencies around the original task pickled once by the launcher; only the worker that runs it
-unpickles it. The scheduler then needs nothing of the job's environment but this module, which imports no more
-than the standard library and Dask.
+unpickles it, on its event loop's thread as Dask unpickles a task it is sent: that thread also unpickles the data
+other workers send and runs the cluster's warm-up (``cluster_warmup``), and imports of Beam in two threads at once
+can fail on its circular imports (a worker's first sealed task unpickled on its own thread met a partially
+initialised ``apache_beam.runners``). The scheduler then needs nothing of the job's environment but this module,
+which imports no more than the standard library and Dask.
 """
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 from collections.abc import Mapping
 
 import cloudpickle
+import distributed
 from dask._task_spec import Alias, GraphNode, Task, TaskRef
 
 
@@ -32,5 +37,23 @@ def seal(graph: Mapping) -> dict:
 
 def run_sealed(blob: bytes, keys: tuple, *values: object) -> object:
     """The sealed task's result, from the values of its dependencies (``keys``, in that order)."""
-    node = pickle.loads(blob)
-    return node(dict(zip(keys, values)))
+    return _unsealed(blob)(dict(zip(keys, values)))
+
+
+def _unsealed(blob: bytes) -> GraphNode:
+    """The task, unpickled on this worker's event loop thread (here where there is no worker, or this is it)."""
+    try:
+        loop = distributed.get_worker().loop.asyncio_loop
+    except ValueError:  # not on a worker (Dask's synchronous scheduler): nothing else unpickles beside us
+        return pickle.loads(blob)
+    try:
+        here = asyncio.get_running_loop()
+    except RuntimeError:
+        here = None
+    if here is loop:
+        return pickle.loads(blob)
+    return asyncio.run_coroutine_threadsafe(_loads(blob), loop).result()
+
+
+async def _loads(blob: bytes) -> GraphNode:
+    return pickle.loads(blob)
