@@ -8,7 +8,7 @@ unpickles it, on its event loop's thread as Dask unpickles a task it is sent: th
 other workers send and runs the cluster's warm-up (``cluster_warmup``), and imports of Beam in two threads at once
 can fail on its circular imports (a worker's first sealed task unpickled on its own thread met a partially
 initialised ``apache_beam.runners``). The scheduler then needs nothing of the job's environment but this module,
-which imports no more than the standard library and Dask.
+which imports no more than the standard library, cloudpickle and Dask.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def run_sealed(blob: bytes, keys: tuple, *values: object) -> object:
 
 
 def _unsealed(blob: bytes) -> GraphNode:
-    """The task, unpickled on this worker's event loop thread (here where there is no worker, or this is it)."""
+    """The task, unpickled on this worker's event loop thread (on this thread when it is that one, or no worker's)."""
     try:
         loop = distributed.get_worker().loop.asyncio_loop
     except ValueError:  # not on a worker (Dask's synchronous scheduler): nothing else unpickles beside us
