@@ -50,7 +50,7 @@ def _unsealed(blob: bytes) -> GraphNode:
         here = asyncio.get_running_loop()
     except RuntimeError:
         here = None
-    if here is loop:
+    if here is loop or not loop.is_running():  # on the loop itself, or a worker closing: nothing to wait for
         return pickle.loads(blob)
     return asyncio.run_coroutine_threadsafe(_loads(blob), loop).result()
 
