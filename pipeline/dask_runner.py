@@ -476,9 +476,7 @@ def _without_aliases(bags: list[db.Bag]) -> list[db.Bag]:
         from dask._task_spec import Alias, Task
     except ImportError:
         return list(optimized)
-    graph: dict = {}
-    for bag in optimized:  # optimized together, they share one graph: each adds what the others lack, if anything
-        graph.update(bag.__dask_graph__())
+    graph = _one_graph(optimized)
     referenced = collections.Counter(dependency for node in graph.values() for dependency in node.dependencies)
     outputs = {key for bag in optimized for key in bag.__dask_keys__()}
     redirected = {}  # alias -> the fused task it named: its dependents read the task itself
@@ -502,11 +500,16 @@ def _sealed(bags: list[db.Bag]) -> list[db.Bag]:
         from corpusforge.pipeline.sealed_tasks import seal
     except ImportError:
         return bags
+    sealed = seal(_one_graph(bags))
+    return [db.Bag(sealed, bag.name, bag.npartitions) for bag in bags]
+
+
+def _one_graph(bags: list[db.Bag]) -> dict:
+    """The bags' tasks in one dict (optimized together, they share a graph: each adds what the others lack, if any)."""
     graph: dict = {}
     for bag in bags:
         graph.update(bag.__dask_graph__())
-    sealed = seal(graph)
-    return [db.Bag(sealed, bag.name, bag.npartitions) for bag in bags]
+    return graph
 
 
 class _Result(DaskRunnerResult):

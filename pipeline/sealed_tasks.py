@@ -26,7 +26,7 @@ def seal(graph: Mapping) -> dict:
     """The graph with every node but an alias (which names only a key) replaced by its sealed task."""
     sealed = {}
     for key, node in graph.items():
-        if not isinstance(node, GraphNode) or isinstance(node, Alias):
+        if isinstance(node, Alias):
             sealed[key] = node
             continue
         keys = tuple(node.dependencies)
