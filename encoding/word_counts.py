@@ -39,6 +39,7 @@ Normalize = Callable[[str], str]  # a vocabulary's normalizer, text to text
 
 BATCH_CHARS = 4_000_000  # text cut into units at a time: its numpy temporaries ~30 MB; 1 M cost 15% more in sums of its counts
 COMPACT_ROWS = 500_000  # (unit or word, count) rows held before they are summed up again
+STRING_BYTES = 2**31 - 1  # most bytes of strings with 32-bit offsets
 WORDS_PER_CALL = 4_096  # distinct units pre-tokenized between two additions of their words
 FEED_CHARS = 1_024  # characters of repeated words per sequence handed to the trainer: a few hundred words, whose small strings glibc's cache (``processes.MALLOC_TUNABLES``) then recycles
 SEPARATOR = "\n"
@@ -134,8 +135,9 @@ def _unit_counts(texts: list[str]) -> tuple[pa.Array, pa.Array]:
     first[starts[lengths > 0]] = True
     after_space = np.concatenate(([False], space[:-1])) & ~first
     cuts = np.flatnonzero(first | (space & ~after_space))
-    offsets = np.append(cuts, len(data)).astype(np.int64)
-    units = pa.LargeStringArray.from_buffers(len(cuts), pa.py_buffer(offsets), pa.py_buffer(data))
+    offsets = np.append(cuts, len(data)).astype(np.int32 if len(data) <= STRING_BYTES else np.int64)
+    array = pa.StringArray if len(data) <= STRING_BYTES else pa.LargeStringArray
+    units = array.from_buffers(len(cuts), pa.py_buffer(offsets), pa.py_buffer(data))
     counted = pc.value_counts(units)
     return counted.field("values"), counted.field("counts")
 
@@ -150,29 +152,37 @@ def _words_of(
         found = [word for word, _ in pre_tokenizer.pre_tokenize_str(normalize(unit) if normalize else unit)]
         words += found
         weights += repeat(count, len(found))
-    return pa.array(words, type=pa.large_string()), pa.array(weights, type=pa.int64())
+    return pa.array(words), pa.array(weights, type=pa.int64())
 
 
 class _Sums:
     """(key, count) rows summed by key with Arrow, summed again once ``COMPACT_ROWS`` are held and twice what the last
-    sum left: with more distinct keys than that, each sum would otherwise re-group them all at every addition."""
+    sum left: with more distinct keys than that, each sum would otherwise re-group them all at every addition.
+
+    Keys are strings with 32-bit offsets while their bytes fit (``STRING_BYTES``): Arrow groups those with its
+    hashed row grouper, large strings with a map of ``std::string`` keys, which took 7x the CPU."""
 
     def __init__(self, key: str) -> None:
         self._key = key
         self._parts: list[pa.Table] = []
         self._rows = 0
         self._summed = 0  # rows the last sum left
+        self._bytes = 0  # bytes of the keys held
 
     def add(self, keys: pa.Array, counts: pa.Array) -> None:
-        self._parts.append(pa.table({self._key: keys.cast(pa.large_string()), "count": counts.cast(pa.int64())}))
+        self._parts.append(pa.table({self._key: keys, "count": counts.cast(pa.int64())}))
         self._rows += len(keys)
+        self._bytes += keys.nbytes
         if self._rows >= max(COMPACT_ROWS, 2 * self._summed):
             self._parts = [self.table()]
             self._rows = self._summed = len(self._parts[0])
+            self._bytes = self._parts[0].column(self._key).nbytes
 
     def table(self) -> pa.Table:
         """One row per key, its counts summed."""
         if not self._parts:
-            return pa.table({self._key: pa.array([], type=pa.large_string()), "count": pa.array([], type=pa.int64())})
-        summed = pa.concat_tables(self._parts).group_by(self._key, use_threads=False).aggregate([("count", "sum")])
+            return pa.table({self._key: pa.array([], type=pa.string()), "count": pa.array([], type=pa.int64())})
+        key = pa.string() if self._bytes <= STRING_BYTES else pa.large_string()
+        parts = [part.cast(pa.schema([(self._key, key), ("count", pa.int64())])) for part in self._parts]
+        summed = pa.concat_tables(parts).group_by(self._key, use_threads=False).aggregate([("count", "sum")])
         return summed.select([self._key, "count_sum"]).rename_columns([self._key, "count"])
