@@ -151,6 +151,20 @@ def test_train_vocab_from_documents_samples_the_parquet_files(shared_data, tmp_p
     assert vocab_sha256(again["bpe"]) != first
 
 
+def test_tokens_per_word_count_each_paragraph_as_encode_does(shared_data, wordpiece_dir, bpe_dir, tmp_path):
+    """The figure comes from the shards' encoder; it must count what the tokenizer's own ``encode`` gives."""
+    text = book_text(shared_data, HELD_OUT_BOOK)[:60_000] + "\n\nCafé naïve — 日本語 [SEP] <|endoftext|> \x00 tabs\tand  spaces"
+    docs = [Document(id="a", source="books", title="a", text=text)]
+    path = Path(write_table_atomic(documents_table(docs), str(tmp_path / "a.parquet")))
+    figures = vocab_module.vocab_figures({"wordpiece": str(wordpiece_dir), "bpe": str(bpe_dir)}, [path])
+    paragraphs = text.split("\n\n")
+    words = sum(len(paragraph.split()) for paragraph in paragraphs)
+    for kind, directory in (("wordpiece", wordpiece_dir), ("bpe", bpe_dir)):
+        tokenizer = load_tokenizer(directory)
+        tokens = sum(len(tokenizer.encode(paragraph, add_special_tokens=False).ids) for paragraph in paragraphs)
+        assert figures[kind]["tokens_per_word"] == tokens / words
+
+
 TRAIN_IN_A_PROCESS = """
 import sys
 from collections import Counter
