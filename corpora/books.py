@@ -16,8 +16,6 @@ import warnings
 from collections import Counter
 from collections.abc import Iterator, Sequence
 
-from bs4 import BeautifulSoup
-from ebooklib import ITEM_DOCUMENT, epub
 from tqdm import tqdm
 
 from corpusforge.core import storage
@@ -108,6 +106,8 @@ def unwrap_paragraphs(text: str) -> str:
 
 def _epub_text(data: bytes) -> tuple[str | None, str]:
     """Title and paragraphs of an EPUB, documents in spine (reading) order."""
+    from ebooklib import ITEM_DOCUMENT, epub  # here: with BeautifulSoup, 0.2-0.3 s of every process that reads books
+
     with warnings.catch_warnings():  # ebooklib warns about its own future defaults on every read
         warnings.simplefilter("ignore")
         book = epub.read_epub(io.BytesIO(data), options={"ignore_ncx": True})
@@ -121,6 +121,8 @@ def _epub_text(data: bytes) -> tuple[str | None, str]:
 
 
 def _html_paragraphs(content: bytes) -> Iterator[str]:
+    from bs4 import BeautifulSoup
+
     soup = BeautifulSoup(content, "lxml")
     for br in soup.find_all("br"):
         br.replace_with(" ")
