@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import json
 import os
+import platform
 import resource
 import shutil
 import socket
@@ -207,6 +208,19 @@ def corpus_of(size_mb: int, work: Path, source: str = "books", page_bytes: int =
 
 # One CPU-bound job, Python and numpy as the build's work is: about 3 s alone on the development machine.
 SPIN = "x = 0\nfor i in range(12_000_000): x += i * i\nimport numpy as np\na = np.random.default_rng(0).random(3_000_000)\nfor _ in range(30): np.sort(a)"
+
+
+def cpu_model() -> str:
+    """The processor as /proc/cpuinfo names it, with its family and model and whether it has AVX-512: the same code
+    took 2.0-2.4x the CPU-seconds in every stage on a Zen 3 machine (family 25, no AVX-512) as on a Zen 5 one (26), a
+    difference the reference job (pure Python) shows only in part, so a figure is quoted with the processor it ran on."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines() if ":" in line)
+    except OSError:
+        return platform.processor() or platform.machine()
+    info = {key.strip(): value.strip() for key, value in fields.items()}
+    avx512 = "yes" if "avx512f" in info.get("flags", "").split() else "no"
+    return f"{info.get('model name', '?')}, family {info.get('cpu family', '?')} model {info.get('model', '?')}, AVX-512 {avx512}"
 
 
 def reference_seconds(runs: int = 5) -> float:
@@ -486,7 +500,7 @@ def store_mode(sizes: list[int], work: Path, source: str, repeat: int) -> None:
     """Per size, the full build with everything on local disk and with everything on S3, interleaved."""
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
-        f"machine: {os.cpu_count()} cores, load average {load} at start; source: {source}; each run: a fresh 2-worker Dask LocalCluster (1 thread a worker)"
+        f"machine: {os.cpu_count()} cores ({cpu_model()}), load average {load} at start; source: {source}; each run: a fresh 2-worker Dask LocalCluster (1 thread a worker)"
     )
     print(
         "S3: moto_server on 127.0.0.1 behind a counting TCP proxy; store MB counts HTTP bodies and headers (requests ~ written, responses ~ read)"
@@ -643,7 +657,7 @@ def main() -> None:
     inproc_sizes = [s for s in args.sizes if s <= 400] if args.inproc_sizes is None else args.inproc_sizes
     # "default mode": a worker process per core, set explicitly (the auto default runs stages under
     # run.in_process_bytes in this process, and these rows measure the worker processes at every size)
-    print(f"machine: {os.cpu_count()} cores; default mode = multi_processing, one worker per core; source: {args.source}")
+    print(f"machine: {os.cpu_count()} cores ({cpu_model()}); default mode = multi_processing, one worker per core; source: {args.source}")
     # This shared machine's speed drifts by a quarter between days: a fixed job's time lets figures of two runs be compared.
     print(f"machine speed: the reference job (bench/scale.py SPIN) alone takes {reference_seconds():.2f} CPU-s (median of 5)", flush=True)
     print(f"{'run':34} {'input MB':>8} {'wall s':>7} {'CPU s':>7} {'MB/CPU-s':>8} {'launcher MB':>11} {'worker MB':>9}")
