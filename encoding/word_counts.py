@@ -135,9 +135,9 @@ def _unit_counts(texts: list[str]) -> tuple[pa.Array, pa.Array]:
     first[starts[lengths > 0]] = True
     after_space = np.concatenate(([False], space[:-1])) & ~first
     cuts = np.flatnonzero(first | (space & ~after_space))
-    offsets = np.append(cuts, len(data)).astype(np.int32 if len(data) <= STRING_BYTES else np.int64)
-    array = pa.StringArray if len(data) <= STRING_BYTES else pa.LargeStringArray
-    units = array.from_buffers(len(cuts), pa.py_buffer(offsets), pa.py_buffer(data))
+    large = len(data) > STRING_BYTES
+    offsets = np.append(cuts, len(data)).astype(np.int64 if large else np.int32)
+    units = (pa.LargeStringArray if large else pa.StringArray).from_buffers(len(cuts), pa.py_buffer(offsets), pa.py_buffer(data))
     counted = pc.value_counts(units)
     return counted.field("values"), counted.field("counts")
 
@@ -167,22 +167,19 @@ class _Sums:
         self._parts: list[pa.Table] = []
         self._rows = 0
         self._summed = 0  # rows the last sum left
-        self._bytes = 0  # bytes of the keys held
 
     def add(self, keys: pa.Array, counts: pa.Array) -> None:
         self._parts.append(pa.table({self._key: keys, "count": counts.cast(pa.int64())}))
         self._rows += len(keys)
-        self._bytes += keys.nbytes
         if self._rows >= max(COMPACT_ROWS, 2 * self._summed):
             self._parts = [self.table()]
             self._rows = self._summed = len(self._parts[0])
-            self._bytes = self._parts[0].column(self._key).nbytes
 
     def table(self) -> pa.Table:
         """One row per key, its counts summed."""
         if not self._parts:
             return pa.table({self._key: pa.array([], type=pa.string()), "count": pa.array([], type=pa.int64())})
-        key = pa.string() if self._bytes <= STRING_BYTES else pa.large_string()
+        key = pa.string() if sum(part.column(self._key).nbytes for part in self._parts) <= STRING_BYTES else pa.large_string()
         parts = [part.cast(pa.schema([(self._key, key), ("count", pa.int64())])) for part in self._parts]
         summed = pa.concat_tables(parts).group_by(self._key, use_threads=False).aggregate([("count", "sum")])
         return summed.select([self._key, "count_sum"]).rename_columns([self._key, "count"])
