@@ -42,20 +42,21 @@ def text_bytes(paths: Sequence[storage.PathLike], column: str = "text") -> int:
     return sum(pc.sum(pc.binary_length(table[column].cast("large_binary"))).as_py() or 0 for table in iter_row_groups(paths, [column]))
 
 
-# Python's whitespace (``str.isspace``) beyond ASCII, UTF-8 encoded, as big-endian ints by length: 2 or 3 bytes, each
-# starting with a byte in 0xC2..0xE3. ASCII's are 0x09-0x0D and 0x1C-0x20.
+# Python's whitespace (``str.isspace``) beyond ASCII, UTF-8 encoded, as big-endian ints by length: 2 or 3 bytes, the
+# first >= 0xC2 (``_WIDE_LEAD``); ASCII's (0x09-0x0D, 0x1C-0x20) by a table.
 _WIDE_SPACES = [chr(c).encode() for c in range(0x80, sys.maxunicode + 1) if chr(c).isspace()]
 _WIDE_CODES = [(n, np.array([int.from_bytes(b, "big") for b in _WIDE_SPACES if len(b) == n], dtype=np.uint32)) for n in (2, 3)]
-_WIDE_LEADS = (0xC2, 0xE3)
+_WIDE_LEAD = 0xC2
+_ASCII_SPACES = np.array([chr(c).isspace() for c in range(0x21)])
 
 
 def word_counts(texts: pa.ChunkedArray) -> pa.ChunkedArray:
     """Whitespace-separated words per text, exactly ``len(text.split())`` (int32, null for a null text).
 
     Counted on the UTF-8 bytes: a word starts at each non-space byte after a space or at its text's start. Arrow's
-    ``utf8_split_whitespace`` counted the same words but built every word as a string first (1.36-1.46 CPU-s per
-    119 MB of books against 0.27-0.39 here; ``bench/word_counts.py``), and counted a text's leading or trailing
-    space as an empty word."""
+    ``utf8_split_whitespace`` counted the same words but built every word as a string first (1.2-1.4 CPU-s per
+    121 MB against 0.24-0.33 here for 1 MB books, 0.34-0.52 for 400 B pages; ``bench/word_counts.py``), and
+    counted a text's leading or trailing space as an empty word."""
     return pa.chunked_array([_chunk_word_counts(chunk) for chunk in texts.chunks], type=pa.int32())
 
 
@@ -71,21 +72,21 @@ def _chunk_word_counts(texts: pa.Array) -> pa.Array:
     np.less(space[1:], space[:-1], out=starts[1:])  # a space, then not one
     firsts = offsets[:-1][offsets[:-1] < len(raw)]
     starts[firsts] = ~space[firsts]  # a text's first byte starts a word unless it is a space
-    counts = np.zeros(len(texts), dtype=np.int32)
-    nonempty = np.flatnonzero(np.diff(offsets))
-    if len(nonempty):
-        counts[nonempty] = np.add.reduceat(starts, offsets[nonempty], dtype=np.int32)
+    counts = np.diff(np.searchsorted(np.flatnonzero(starts), offsets)).astype(np.int32)  # word starts in each text's bytes
     return pa.array(counts, mask=texts.is_null().to_numpy(zero_copy_only=False) if texts.null_count else None)
 
 
 def _spaces(raw: np.ndarray) -> np.ndarray:
     """Whether each byte of UTF-8 text is (part of) a character ``str.isspace`` holds true."""
-    space = (raw - np.uint8(0x09)) < 5
-    space |= (raw - np.uint8(0x1C)) < 5
-    leads = np.flatnonzero((raw - np.uint8(_WIDE_LEADS[0])) <= _WIDE_LEADS[1] - _WIDE_LEADS[0])
+    space = raw <= 0x20
+    controls = np.flatnonzero(raw < 0x20)  # line breaks mostly: few, and most of them spaces
+    space[controls] = _ASCII_SPACES[raw[controls]]
+    leads = np.flatnonzero(raw >= _WIDE_LEAD)  # every character's first byte that could start one: the codes decide
     if len(leads):
-        padded = np.concatenate([raw, np.zeros(2, dtype=np.uint8)])
-        code = padded[leads].astype(np.uint32) << 16 | padded[leads + 1].astype(np.uint32) << 8 | padded[leads + 2]
+        # A 2-byte character that ends the text reads its last byte again as a third: no 3-byte space starts 0xC2-0xDF.
+        code = (
+            raw[leads].astype(np.uint32) << 16 | raw.take(leads + 1, mode="clip").astype(np.uint32) << 8 | raw.take(leads + 2, mode="clip")
+        )
         for width, codes in _WIDE_CODES:
             found = leads[np.isin(code >> (8 * (3 - width)), codes)]
             for k in range(width):
