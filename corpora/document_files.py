@@ -9,7 +9,6 @@ memory-mapped, for the same reason (``storage.arrow_input_unmapped``).
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -42,9 +41,13 @@ def text_bytes(paths: Sequence[storage.PathLike], column: str = "text") -> int:
     return sum(pc.sum(pc.binary_length(table[column].cast("large_binary"))).as_py() or 0 for table in iter_row_groups(paths, [column]))
 
 
-# Python's whitespace (``str.isspace``) beyond ASCII, UTF-8 encoded, as big-endian ints by length: 2 or 3 bytes, the
-# first >= 0xC2 (``_WIDE_LEAD``); ASCII's (0x09-0x0D, 0x1C-0x20) by a table.
-_WIDE_SPACES = [chr(c).encode() for c in range(0x80, sys.maxunicode + 1) if chr(c).isspace()]
+# Python's whitespace (``str.isspace``) beyond ASCII, written out (found by scanning every code point, that is 0.1 s at
+# each import; tests/test_document_word_counts.py scans them), UTF-8 encoded, as big-endian ints by length: 2 or 3
+# bytes, the first >= 0xC2 (``_WIDE_LEAD``). ASCII's (0x09-0x0D, 0x1C-0x20) by a table.
+_WIDE_SPACES = [
+    char.encode()
+    for char in "\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+]
 _WIDE_CODES = [(n, np.array([int.from_bytes(b, "big") for b in _WIDE_SPACES if len(b) == n], dtype=np.uint32)) for n in (2, 3)]
 _WIDE_LEAD = 0xC2
 _ASCII_SPACES = np.array([chr(c).isspace() for c in range(0x21)])
@@ -61,11 +64,11 @@ def word_counts(texts: pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def _chunk_word_counts(texts: pa.Array) -> pa.Array:
-    offsets = np.frombuffer(texts.buffers()[1], dtype=np.int64 if pa.types.is_large_string(texts.type) else np.int32)
+    _, offsets_buffer, data = texts.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if pa.types.is_large_string(texts.type) else np.int32)
     offsets = offsets[texts.offset : texts.offset + len(texts) + 1].astype(np.int64) if len(texts) else np.zeros(1, np.int64)
     base = int(offsets[0])
     offsets -= base
-    data = texts.buffers()[2]
     raw = np.frombuffer(data, dtype=np.uint8, count=int(offsets[-1]), offset=base) if offsets[-1] else np.zeros(0, np.uint8)
     space = _spaces(raw)
     starts = np.empty(len(raw), dtype=bool)

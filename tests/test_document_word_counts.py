@@ -41,6 +41,7 @@ def test_every_python_space_is_counted_as_one() -> None:
     texts = [f"a{space}b" for space in SPACES] + [f"{space}a{space}{space}b{space}" for space in SPACES]
     texts += [f"a{other}b" for other in NEAR_SPACES] + [f"{other}" for other in NEAR_SPACES]
     assert word_counts(pa.chunked_array([pa.array(texts)])).to_pylist() == expected(texts)
+    assert [space.decode() for space in _WIDE_SPACES] == [space for space in SPACES if not space.isascii()]  # the module's list is Python's
     assert {len(space) for space in _WIDE_SPACES} == {2, 3} and all(space[0] >= _WIDE_LEAD for space in _WIDE_SPACES)
 
 
