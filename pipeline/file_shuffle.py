@@ -63,10 +63,11 @@ def _key_hash(key: Any) -> int:
 
 class _WriteBuckets(beam.DoFn):
     """(key, value) pairs -> (bucket, (file, offset, size)) for each bucket of each file written: a file per flush,
-    a flush every ``flush_elements`` pairs or ``FLUSH_BYTES`` of them, whichever comes first."""
+    a flush every ``flush_elements`` pairs or ``FLUSH_BYTES`` of them, whichever comes first. ``many_keys``: the
+    elements are (keys, value), a pair per key (one element through the runner, not one per key)."""
 
-    def __init__(self, folder: str, buckets: int, flush_elements: int | None = None) -> None:
-        self.folder, self.buckets, self.flush_elements = folder, buckets, flush_elements
+    def __init__(self, folder: str, buckets: int, flush_elements: int | None = None, many_keys: bool = False) -> None:
+        self.folder, self.buckets, self.flush_elements, self.many_keys = folder, buckets, flush_elements, many_keys
         self._measured = [0, 0]  # (pickled bytes, pairs) sampled or written so far: the size of a pair
         self._held = self._limit()  # ``_limit()`` of ``_measured``, kept by ``_measure``: not recomputed per pair
 
@@ -74,11 +75,15 @@ class _WriteBuckets(beam.DoFn):
         self._pending: defaultdict[int, list] = defaultdict(list)
         self._count = 0
 
-    def process(self, pair: tuple[Any, Any]) -> Iterator[tuple[int, tuple[str, int, int]]]:
-        self._pending[bucket_of(pair[0], self.buckets)].append(pair)
-        self._count += 1
+    def process(self, element: tuple[Any, Any]) -> Iterator[tuple[int, tuple[str, int, int]]]:
+        pairs = [(key, element[1]) for key in element[0]] if self.many_keys else [element]
+        pending, buckets = self._pending, self.buckets
+        for pair in pairs:
+            pending[bucket_of(pair[0], buckets)].append(pair)
+        self._count += len(pairs)
         if self._measured[1] < SAMPLE:
-            self._measure(len(pickle.dumps(pair, protocol=pickle.HIGHEST_PROTOCOL)), 1)
+            for pair in pairs:
+                self._measure(len(pickle.dumps(pair, protocol=pickle.HIGHEST_PROTOCOL)), 1)
         if self._count >= self._held:
             yield from self._flush()
 
@@ -115,9 +120,10 @@ class _WriteBuckets(beam.DoFn):
         return written
 
 
-def _group_bucket(item: tuple[int, list[tuple[str, int, int]]]) -> Iterator[tuple[Any, list]]:
-    """Every key of one bucket with all its values, read from its pieces of the files: in one pass, or in one pass
-    per ``GROUP_BYTES`` of them, each keeping a share of the keys, so a worker holds a bounded group."""
+def _group_bucket(item: tuple[int, list[tuple[str, int, int]]], min_values: int = 1) -> Iterator[tuple[Any, list]]:
+    """Every key of one bucket with all its values (``min_values`` of them at least), read from its pieces of the
+    files: in one pass, or in one pass per ``GROUP_BYTES`` of them, each keeping a share of the keys, so a worker
+    holds a bounded group."""
     bucket, pieces = item
     pieces = sorted(pieces)
     passes = max(1, -(-sum(size for _, _, size in pieces) // GROUP_BYTES))
@@ -127,29 +133,40 @@ def _group_bucket(item: tuple[int, list[tuple[str, int, int]]]) -> Iterator[tupl
             for key, value in pickle.loads(storage.read_range(path, offset, size)):
                 if passes == 1 or _key_hash(key) // BUCKETS % passes == share:
                     groups[key].append(value)
-        yield from groups.items()
+        yield from groups.items() if min_values <= 1 else (group for group in groups.items() if len(group[1]) >= min_values)
 
 
 class FileGroupByKey(beam.PTransform):
     """``beam.GroupByKey()`` whose elements travel through files under ``folder`` (None: Beam's own).
 
     ``flush_elements``: pairs a producing worker holds before writing them out (None: ``FLUSH_ELEMENTS``);
-    fewer for large values (shingle sets), so that its buffer stays a few tens of MB.
+    fewer for large values (shingle sets), so that its buffer stays a few tens of MB. ``many_keys``: the elements
+    are (keys, value), the value grouped under each of its keys (a document's band keys: one element per
+    document through the runner rather than one per band). ``min_values``: only the keys with at least that many
+    values (a band key of one document is no candidate), dropped where they are grouped.
     """
 
-    def __init__(self, folder: str | None, buckets: int = BUCKETS, flush_elements: int | None = None) -> None:
+    def __init__(
+        self, folder: str | None, buckets: int = BUCKETS, flush_elements: int | None = None, many_keys: bool = False, min_values: int = 1
+    ) -> None:
         super().__init__()
         self.folder, self.buckets, self.flush_elements = folder, buckets, flush_elements
+        self.many_keys, self.min_values = many_keys, min_values
 
     def expand(self, pairs: beam.PCollection) -> beam.PCollection:
         if self.folder is None:
-            return pairs | "GroupByKey" >> beam.GroupByKey()
+            if self.many_keys:
+                pairs = pairs | "EachKey" >> beam.FlatMap(lambda element: [(key, element[1]) for key in element[0]])
+            grouped = pairs | "GroupByKey" >> beam.GroupByKey()
+            if self.min_values <= 1:
+                return grouped
+            return grouped | "MinValues" >> beam.Filter(lambda group, least: len(group[1]) >= least, self.min_values)
         folder = _unique(self.folder)
         return (
             pairs
-            | "WriteBuckets" >> beam.ParDo(_WriteBuckets(folder, self.buckets, self.flush_elements))
+            | "WriteBuckets" >> beam.ParDo(_WriteBuckets(folder, self.buckets, self.flush_elements, self.many_keys))
             | LOCATIONS >> beam.GroupByKey()
-            | "GroupBucket" >> beam.FlatMap(_group_bucket)
+            | "GroupBucket" >> beam.FlatMap(_group_bucket, self.min_values)
         )
 
 

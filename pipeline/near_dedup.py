@@ -62,10 +62,9 @@ FOREST_NODES = 200_000
 SHINGLE_FLUSH = 5_000
 
 
-def _band_keys(ref: DocRef, tag: str) -> Iterator[tuple[bytes, str]]:
-    """(band key, tag + id) for every LSH band of a document (tags are one character)."""
-    for key in ref.band_keys():
-        yield key, tag + ref.id
+def _band_keys(ref: DocRef, tag: str) -> tuple[list[bytes], str]:
+    """(every LSH band key of a document, tag + id) (tags are one character): grouped under each key."""
+    return list(ref.band_keys()), tag + ref.id
 
 
 def _location(ref: DocRef) -> tuple[str, tuple[str, int]]:
@@ -284,6 +283,7 @@ def _union_find(edges: list[tuple[str, str]]) -> dict[str, str]:
 
 Node = tuple[str, tuple[str, tuple[str, ...]]]  # (node, (label, neighbours))
 OWN, OTHER = 0, 1  # message tags
+SETTLED = "settled"  # the jump's output of nodes whose component is whole and labelled
 
 
 def _init(item: tuple[str, Iterable[str]]) -> Node:
@@ -313,14 +313,27 @@ def _smallest(item: tuple[str, Iterable[tuple[str, tuple[str, ...] | None]]]) ->
     yield node, (OWN, label)
 
 
-def _jump(item: tuple[str, Iterable[tuple]]) -> Iterator[Node]:
-    """Members labelled L take L's own label when it is smaller (it is connected to L, so to them)."""
+def _jump(item: tuple[str, Iterable[tuple]]) -> Iterator[Node | beam.pvalue.TaggedOutput]:
+    """Members labelled L take L's own label when it is smaller (it is connected to L, so to them). When L is its
+    own label and no member has a neighbour outside the group, the group is a whole component labelled with its
+    smallest node: its members leave as ``SETTLED`` (node, label), and the rounds after carry only the others."""
     label, values = item
     values = list(values)
     own = min((v[1] for v in values if v[0] == OWN), default=label)
-    for value in values:
-        if value[0] == OTHER:
-            yield value[1], (min(label, own), value[2])
+    members = [(v[1], v[2]) for v in values if v[0] == OTHER]
+    if own == label and _closed(members):
+        for node, _ in members:
+            yield beam.pvalue.TaggedOutput(SETTLED, (node, label))
+        return
+    for node, neighbours in members:
+        yield node, (min(label, own), neighbours)
+
+
+def _closed(members: list[tuple[str, tuple[str, ...]]]) -> bool:
+    """No member has a neighbour outside the members: edges run both ways, so they are whole components; all
+    labelled with one of their nodes, they are one component, and its smallest node (whose label is itself)."""
+    nodes = {node for node, _ in members}
+    return all(other in nodes for _, neighbours in members for other in neighbours)
 
 
 def _label_messages(item: Node) -> Iterator[tuple[str, tuple[int, str]]]:
@@ -361,15 +374,18 @@ class ConnectedComponents(beam.PTransform):
             | "Adjacency" >> FileGroupByKey(shuffle)
             | "Init" >> beam.Map(_init)
         )
+        settled = []
         for r in range(self.rounds):
-            nodes = (
+            jumped = (
                 nodes
                 | f"Spread{r}" >> beam.FlatMap(_spread)
                 | f"Min{r}" >> FileGroupByKey(shuffle)
                 | f"Smallest{r}" >> beam.FlatMap(_smallest)
                 | f"ByLabel{r}" >> FileGroupByKey(shuffle)
-                | f"Jump{r}" >> beam.FlatMap(_jump)
+                | f"Jump{r}" >> beam.FlatMap(_jump).with_outputs(SETTLED, main="nodes")
             )
+            nodes = jumped.nodes
+            settled.append(jumped[SETTLED])
         leftover = (
             nodes
             | "LabelMessages" >> beam.FlatMap(_label_messages)
@@ -386,11 +402,12 @@ class ConnectedComponents(beam.PTransform):
             | "UnionFind" >> beam.FlatMap(lambda item: _union_find(list(item[1])).items())
         )
         by_label = nodes | "ByLabel" >> beam.Map(lambda item: (item[1][0], item[0]))
-        return (
+        resolved = (
             {"node": by_label, "root": roots}
             | "JoinRoots" >> FileCoGroupByKey(shuffle)
             | "Resolve" >> beam.FlatMap(lambda item: [(node, min(item[1]["root"], default=item[0])) for node in item[1]["node"]])
         )
+        return (resolved, *settled) | "AllLabels" >> beam.Flatten()
 
 
 def _representatives(item: tuple[str, Iterable[tuple[str, int]]]) -> Iterator[tuple[str, str]]:
@@ -438,8 +455,8 @@ class NearDedup(beam.PTransform):
         log.info("near_dedup: threshold %.2f, num_perm %d\n%s", cfg.threshold, cfg.num_perm, s_curve_table(bands, rows))
         buckets = (
             docs
-            | "BandKeys" >> beam.FlatMap(_band_keys, DOC)
-            | "ByBand" >> FileGroupByKey(self.shuffle_dir)
+            | "BandKeys" >> beam.Map(_band_keys, DOC)
+            | "ByBand" >> FileGroupByKey(self.shuffle_dir, many_keys=True, min_values=2)
             | "BucketMembers" >> beam.FlatMap(_bucket_members)
             | "DistinctBuckets" >> FileGroupByKey(self.shuffle_dir)
             | "Members" >> beam.Map(lambda item: item[0])
@@ -488,11 +505,11 @@ class WikipediaRemoval(beam.PTransform):
         elsewhere = web | "NotOnWikipedia" >> beam.Filter(lambda d: not on_wikipedia(d.url, domains))
         pairs = (
             (
-                elsewhere | "WebBands" >> beam.FlatMap(_band_keys, WEB),
-                wiki | "WikiBands" >> beam.FlatMap(_band_keys, WIKI),
+                elsewhere | "WebBands" >> beam.Map(_band_keys, WEB),
+                wiki | "WikiBands" >> beam.Map(_band_keys, WIKI),
             )
             | "AllBands" >> beam.Flatten()
-            | "ByBand" >> FileGroupByKey(self.shuffle_dir)
+            | "ByBand" >> FileGroupByKey(self.shuffle_dir, many_keys=True, min_values=2)
             | "CrossPairs" >> beam.FlatMap(_cross_pairs)
             | "DistinctPairs" >> FileDistinct(self.shuffle_dir)
         )

@@ -89,3 +89,38 @@ def test_flushes_by_bytes_and_groups_big_buckets_in_passes(tmp_path: Path, monke
 
     _run(graph)
     assert len(list((tmp_path / "shuffle").rglob("*.pickle"))) >= 5  # one file per flush: a single one by count alone
+
+
+MANY = [((f"k{i % 11}", f"k{i % 7 + 20}", f"only{i}"), i) for i in range(200)] + [
+    ((), "no key"),
+    (("k3",), "one more"),
+    (("two",), 1),
+    (("two",), 2),
+]
+
+
+def _expected_many(least: int) -> list:
+    groups: dict = {}
+    for keys, value in MANY:
+        for key in keys:
+            groups.setdefault(key, []).append(value)
+    return sorted(_sorted_groups(item) for item in groups.items() if len(item[1]) >= least)
+
+
+def test_many_keys_and_min_values_group_as_the_pairs_would(tmp_path: Path, monkeypatch) -> None:
+    """(keys, value) elements group as their (key, value) pairs; keys with fewer than ``min_values`` values are left
+    out, through files (in several flushes and grouping passes) as through Beam's own GroupByKey."""
+    monkeypatch.setattr(file_shuffle, "FLUSH_ELEMENTS", 40)
+    monkeypatch.setattr(file_shuffle, "GROUP_BYTES", 300)
+
+    def graph(p):
+        elements = p | beam.Create(MANY)
+        for name, folder in (("files", str(tmp_path / "shuffle")), ("beam", None)):
+            for least in (1, 2):
+                grouped = elements | f"{name}{least}" >> FileGroupByKey(folder, buckets=4, many_keys=True, min_values=least)
+                got = grouped | f"sort{name}{least}" >> beam.Map(_sorted_groups)
+                assert_that(got, equal_to(_expected_many(least)), label=f"check{name}{least}")
+
+    _run(graph)
+    assert len(_expected_many(1)) == 200 + 19 and len(_expected_many(2)) == 19  # each "only" key has one value, "two" two
+    assert len(list((tmp_path / "shuffle").rglob("*.pickle"))) > 2

@@ -235,3 +235,48 @@ def test_checking_buckets_with_a_forest_keeps_the_components(shingles, buckets, 
             edges.extend(check.process((b"", [(doc_id, sets[doc_id].tobytes()) for doc_id in m])))
         edges.extend(value.value for value in check.finish_bundle())
     assert components(edges) == components(expected)
+
+
+def _graphs() -> list[tuple[str, str]]:
+    """Edges of components that settle in the first round (stars, pairs), in later ones (two stars sharing a member,
+    short chains) or never within a few rounds (a 40-node path numbered out of order), and random ones (seeded)."""
+    import random
+
+    rng = random.Random(7)
+    edges = [("s00", f"s{i:02d}") for i in range(1, 9)] + [("p0", "p1"), ("q1", "q0")]
+    edges += [("t0", "t5"), ("t0", "t6"), ("t1", "t6"), ("t1", "t7"), ("t2", "t7")]  # stars t0 and t1, t2 joined by members
+    order = list(range(40))
+    rng.shuffle(order)
+    edges += [(f"c{a:02d}", f"c{b:02d}") for a, b in zip(order, order[1:])]
+    nodes = [f"r{i:02d}" for i in range(60)]
+    edges += [tuple(rng.sample(nodes, 2)) for _ in range(45)]
+    return edges
+
+
+@pytest.mark.parametrize("rounds", [0, 1, 2, 4])
+def test_connected_components_are_exact_whatever_the_rounds(rounds, tmp_path):
+    """Every node labelled with the smallest node of its component, whether its component settled in a round
+    (the jump's check that a label's group is whole) or was left to the residual union-find, through files or not."""
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from corpusforge.pipeline.near_dedup import ConnectedComponents, _union_find
+
+    edges = _graphs()
+    expected = sorted(_union_find(edges).items())
+    assert len({root for _, root in expected}) > 5 and {root for node, root in expected if node[0] == "c"} == {"c00"}
+    for shuffle in (None, str(tmp_path / "shuffle")):
+        with beam.Pipeline(options=options()) as p:
+            assert_that(p | beam.Create(edges) | ConnectedComponents(rounds, shuffle), equal_to(expected))
+
+
+def test_a_label_group_settles_only_when_whole():
+    """The jump settles a group only when its label is its own and no member has a neighbour outside it."""
+    from corpusforge.pipeline.near_dedup import OTHER, OWN, SETTLED, _jump
+
+    whole = ("a", [(OWN, "a"), (OTHER, "a", ("b",)), (OTHER, "b", ("a", "c")), (OTHER, "c", ("b",))])
+    out = list(_jump(whole))
+    assert all(o.tag == SETTLED for o in out) and sorted(o.value for o in out) == [("a", "a"), ("b", "a"), ("c", "a")]
+    open_group = ("a", [(OWN, "a"), (OTHER, "a", ("b",)), (OTHER, "b", ("a", "d"))])  # d is labelled otherwise
+    assert list(_jump(open_group)) == [("a", ("a", ("b",))), ("b", ("a", ("a", "d")))]
+    relabelled = ("b", [(OWN, "a"), (OTHER, "b", ("c",)), (OTHER, "c", ("b",))])  # b itself now has the label a
+    assert list(_jump(relabelled)) == [("b", ("a", ("c",))), ("c", ("a", ("b",)))]
