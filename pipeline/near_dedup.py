@@ -14,9 +14,11 @@ Stages (each a shuffle, none a single-task step over the whole corpus):
    at a few hundred MB), and the components are those of all verified pairs;
 3. connected components by min-label propagation with pointer jumping, each node carrying its
    neighbours, unrolled for ``max_component_rounds`` rounds (a path of n nodes converges in about
-   log2(n) rounds; the verified forests arrive as stars); edges whose endpoints still disagree are
-   resolved exactly by union-find over the residual *label* graph, which is empty once converged and
-   tiny otherwise;
+   log2(n) rounds; the verified forests arrive as stars); a component whose nodes all carry its
+   smallest id leaves the rounds as soon as a jump sees it whole (on 400 B pages the unrolled rounds
+   had carried every node again long after its component had settled); edges whose
+   endpoints still disagree are resolved exactly by union-find over the residual *label* graph,
+   which is empty once converged and tiny otherwise;
 4. per component the representative is the longest text, then the smallest id; every other member
    becomes ``Reject(reason="near_duplicate", detail=<representative id>)``.
 
