@@ -14,11 +14,9 @@ Stages (each a shuffle, none a single-task step over the whole corpus):
    at a few hundred MB), and the components are those of all verified pairs;
 3. connected components by min-label propagation with pointer jumping, each node carrying its
    neighbours, unrolled for ``max_component_rounds`` rounds (a path of n nodes converges in about
-   log2(n) rounds; the verified forests arrive as stars); a component whose nodes all carry its
-   smallest id leaves the rounds as soon as a jump sees it whole (on 400 B pages the unrolled rounds
-   had carried every node again long after its component had settled); edges whose
-   endpoints still disagree are resolved exactly by union-find over the residual *label* graph,
-   which is empty once converged and tiny otherwise;
+   log2(n) rounds; the verified forests arrive as stars); edges whose endpoints still disagree are
+   resolved exactly by union-find over the residual *label* graph, which is empty once converged and
+   tiny otherwise;
 4. per component the representative is the longest text, then the smallest id; every other member
    becomes ``Reject(reason="near_duplicate", detail=<representative id>)``.
 
@@ -285,7 +283,6 @@ def _union_find(edges: list[tuple[str, str]]) -> dict[str, str]:
 
 Node = tuple[str, tuple[str, tuple[str, ...]]]  # (node, (label, neighbours))
 OWN, OTHER = 0, 1  # message tags
-SETTLED = "settled"  # the jump's output of nodes whose component is whole and labelled
 
 
 def _init(item: tuple[str, Iterable[str]]) -> Node:
@@ -315,27 +312,14 @@ def _smallest(item: tuple[str, Iterable[tuple[str, tuple[str, ...] | None]]]) ->
     yield node, (OWN, label)
 
 
-def _jump(item: tuple[str, Iterable[tuple]]) -> Iterator[Node | beam.pvalue.TaggedOutput]:
-    """Members labelled L take L's own label when it is smaller (it is connected to L, so to them). When L is its
-    own label and no member has a neighbour outside the group, the group is a whole component labelled with its
-    smallest node: its members leave as ``SETTLED`` (node, label), and the rounds after carry only the others."""
+def _jump(item: tuple[str, Iterable[tuple]]) -> Iterator[Node]:
+    """Members labelled L take L's own label when it is smaller (it is connected to L, so to them)."""
     label, values = item
     values = list(values)
     own = min((v[1] for v in values if v[0] == OWN), default=label)
-    members = [(v[1], v[2]) for v in values if v[0] == OTHER]
-    if own == label and _closed(members):
-        for node, _ in members:
-            yield beam.pvalue.TaggedOutput(SETTLED, (node, label))
-        return
-    for node, neighbours in members:
-        yield node, (min(label, own), neighbours)
-
-
-def _closed(members: list[tuple[str, tuple[str, ...]]]) -> bool:
-    """No member has a neighbour outside the members: edges run both ways, so they are whole components; all
-    labelled with one of their nodes, they are one component, and its smallest node (whose label is itself)."""
-    nodes = {node for node, _ in members}
-    return all(other in nodes for _, neighbours in members for other in neighbours)
+    for value in values:
+        if value[0] == OTHER:
+            yield value[1], (min(label, own), value[2])
 
 
 def _label_messages(item: Node) -> Iterator[tuple[str, tuple[int, str]]]:
@@ -376,18 +360,15 @@ class ConnectedComponents(beam.PTransform):
             | "Adjacency" >> FileGroupByKey(shuffle)
             | "Init" >> beam.Map(_init)
         )
-        settled = []
         for r in range(self.rounds):
-            jumped = (
+            nodes = (
                 nodes
                 | f"Spread{r}" >> beam.FlatMap(_spread)
                 | f"Min{r}" >> FileGroupByKey(shuffle)
                 | f"Smallest{r}" >> beam.FlatMap(_smallest)
                 | f"ByLabel{r}" >> FileGroupByKey(shuffle)
-                | f"Jump{r}" >> beam.FlatMap(_jump).with_outputs(SETTLED, main="nodes")
+                | f"Jump{r}" >> beam.FlatMap(_jump)
             )
-            nodes = jumped.nodes
-            settled.append(jumped[SETTLED])
         leftover = (
             nodes
             | "LabelMessages" >> beam.FlatMap(_label_messages)
@@ -404,12 +385,11 @@ class ConnectedComponents(beam.PTransform):
             | "UnionFind" >> beam.FlatMap(lambda item: _union_find(list(item[1])).items())
         )
         by_label = nodes | "ByLabel" >> beam.Map(lambda item: (item[1][0], item[0]))
-        resolved = (
+        return (
             {"node": by_label, "root": roots}
             | "JoinRoots" >> FileCoGroupByKey(shuffle)
             | "Resolve" >> beam.FlatMap(lambda item: [(node, min(item[1]["root"], default=item[0])) for node in item[1]["node"]])
         )
-        return (resolved, *settled) | "AllLabels" >> beam.Flatten()
 
 
 def _representatives(item: tuple[str, Iterable[tuple[str, int]]]) -> Iterator[tuple[str, str]]:
