@@ -76,14 +76,12 @@ class _WriteBuckets(beam.DoFn):
         self._count = 0
 
     def process(self, element: tuple[Any, Any]) -> Iterator[tuple[int, tuple[str, int, int]]]:
-        pairs = [(key, element[1]) for key in element[0]] if self.many_keys else [element]
-        pending, buckets = self._pending, self.buckets
+        pairs = _each_key(element) if self.many_keys else (element,)
         for pair in pairs:
-            pending[bucket_of(pair[0], buckets)].append(pair)
-        self._count += len(pairs)
-        if self._measured[1] < SAMPLE:
-            for pair in pairs:
+            self._pending[bucket_of(pair[0], self.buckets)].append(pair)
+            if self._measured[1] < SAMPLE:
                 self._measure(len(pickle.dumps(pair, protocol=pickle.HIGHEST_PROTOCOL)), 1)
+        self._count += len(pairs)
         if self._count >= self._held:
             yield from self._flush()
 
@@ -120,6 +118,12 @@ class _WriteBuckets(beam.DoFn):
         return written
 
 
+def _each_key(element: tuple[Any, Any]) -> list[tuple[Any, Any]]:
+    """(keys, value) -> a (key, value) pair per key."""
+    keys, value = element
+    return [(key, value) for key in keys]
+
+
 def _group_bucket(item: tuple[int, list[tuple[str, int, int]]], min_values: int = 1) -> Iterator[tuple[Any, list]]:
     """Every key of one bucket with all its values (``min_values`` of them at least), read from its pieces of the
     files: in one pass, or in one pass per ``GROUP_BYTES`` of them, each keeping a share of the keys, so a worker
@@ -133,7 +137,7 @@ def _group_bucket(item: tuple[int, list[tuple[str, int, int]]], min_values: int 
             for key, value in pickle.loads(storage.read_range(path, offset, size)):
                 if passes == 1 or _key_hash(key) // BUCKETS % passes == share:
                     groups[key].append(value)
-        yield from groups.items() if min_values <= 1 else (group for group in groups.items() if len(group[1]) >= min_values)
+        yield from (group for group in groups.items() if len(group[1]) >= min_values)
 
 
 class FileGroupByKey(beam.PTransform):
@@ -156,7 +160,7 @@ class FileGroupByKey(beam.PTransform):
     def expand(self, pairs: beam.PCollection) -> beam.PCollection:
         if self.folder is None:
             if self.many_keys:
-                pairs = pairs | "EachKey" >> beam.FlatMap(lambda element: [(key, element[1]) for key in element[0]])
+                pairs = pairs | "EachKey" >> beam.FlatMap(_each_key)
             grouped = pairs | "GroupByKey" >> beam.GroupByKey()
             if self.min_values <= 1:
                 return grouped
