@@ -131,8 +131,8 @@ class NearDedupConfig(Section):
     # pages, for the same bytes; at 300 MB the residual 4 rounds leave did not raise the largest worker (590 MB)
     max_component_rounds: int = Field(
         4,
-        description="label-propagation rounds of the connected components (a chain of about 2^rounds documents settles);"
-        " the edges left are resolved exactly by a union-find in one worker",
+        description="label-propagation rounds of the connected components (a chain of about 2^rounds documents settles;"
+        " a component found whole leaves the rounds); the edges left are resolved exactly by a union-find in one worker",
     )
     wikipedia_domains: list[str] = Field(
         default_factory=lambda: ["wikipedia.org", "wikiwand.com", "wikizero.com", "wiki2.org", "wikimili.com", "dbpedia.org"],

@@ -178,22 +178,26 @@ class FileCoGroupByKey(beam.PTransform):
     """``beam.CoGroupByKey()`` on a dict of keyed PCollections: (key, {name: [values]}), through files.
 
     Each input writes its own bucket files where it is produced (a Flatten before writing would have
-    the runner gather every element first); only the file names are flattened.
+    the runner gather every element first); only the file names are flattened. A name may have several
+    PCollections (a tuple), grouped as one and each written where it is produced, for the same reason.
     """
 
     def __init__(self, folder: str | None, buckets: int = BUCKETS) -> None:
         super().__init__()
         self.folder, self.buckets = folder, buckets
 
-    def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
+    def expand(self, inputs: dict[str, beam.PCollection | tuple[beam.PCollection, ...]]) -> beam.PCollection:
+        parts = {name: pcolls if isinstance(pcolls, tuple) else (pcolls,) for name, pcolls in inputs.items()}
         if self.folder is None:
-            return inputs | "CoGroupByKey" >> beam.CoGroupByKey()
+            whole = {name: pcolls | f"All{name.title()}" >> beam.Flatten() for name, pcolls in parts.items()}
+            return whole | "CoGroupByKey" >> beam.CoGroupByKey()
         folder, names = _unique(self.folder), list(inputs)
         files = [
             pcoll
-            | f"Tag{name.title()}" >> beam.Map(lambda kv, n: (kv[0], (n, kv[1])), name)
-            | f"Write{name.title()}" >> beam.ParDo(_WriteBuckets(folder, self.buckets))
-            for name, pcoll in inputs.items()
+            | f"Tag{name.title()}{i or ''}" >> beam.Map(lambda kv, n: (kv[0], (n, kv[1])), name)
+            | f"Write{name.title()}{i or ''}" >> beam.ParDo(_WriteBuckets(folder, self.buckets))
+            for name, pcolls in parts.items()
+            for i, pcoll in enumerate(pcolls)
         ]
 
         def split(item: tuple[Any, list[tuple[str, Any]]]) -> tuple[Any, dict[str, list]]:

@@ -14,9 +14,11 @@ Stages (each a shuffle, none a single-task step over the whole corpus):
    at a few hundred MB), and the components are those of all verified pairs;
 3. connected components by min-label propagation with pointer jumping, each node carrying its
    neighbours, unrolled for ``max_component_rounds`` rounds (a path of n nodes converges in about
-   log2(n) rounds; the verified forests arrive as stars); edges whose endpoints still disagree are
-   resolved exactly by union-find over the residual *label* graph, which is empty once converged and
-   tiny otherwise;
+   log2(n) rounds; the verified forests arrive as stars); a component whose nodes all carry its
+   smallest id leaves the rounds as soon as a jump sees it whole (on 400 B pages the unrolled rounds
+   had carried every node again long after its component had settled); edges whose
+   endpoints still disagree are resolved exactly by union-find over the residual *label* graph,
+   which is empty once converged and tiny otherwise;
 4. per component the representative is the longest text, then the smallest id; every other member
    becomes ``Reject(reason="near_duplicate", detail=<representative id>)``.
 
@@ -283,6 +285,7 @@ def _union_find(edges: list[tuple[str, str]]) -> dict[str, str]:
 
 Node = tuple[str, tuple[str, tuple[str, ...]]]  # (node, (label, neighbours))
 OWN, OTHER = 0, 1  # message tags
+SETTLED = "settled"  # the jump's output of nodes whose component is whole and labelled
 
 
 def _init(item: tuple[str, Iterable[str]]) -> Node:
@@ -312,14 +315,27 @@ def _smallest(item: tuple[str, Iterable[tuple[str, tuple[str, ...] | None]]]) ->
     yield node, (OWN, label)
 
 
-def _jump(item: tuple[str, Iterable[tuple]]) -> Iterator[Node]:
-    """Members labelled L take L's own label when it is smaller (it is connected to L, so to them)."""
+def _jump(item: tuple[str, Iterable[tuple]]) -> Iterator[Node | beam.pvalue.TaggedOutput]:
+    """Members labelled L take L's own label when it is smaller (it is connected to L, so to them). When L is its
+    own label and no member has a neighbour outside the group, the group is a whole component labelled with its
+    smallest node: its members leave as ``SETTLED`` (node, label), and the rounds after carry only the others."""
     label, values = item
     values = list(values)
     own = min((v[1] for v in values if v[0] == OWN), default=label)
-    for value in values:
-        if value[0] == OTHER:
-            yield value[1], (min(label, own), value[2])
+    members = [(v[1], v[2]) for v in values if v[0] == OTHER]
+    if own == label and _closed(members):
+        for node, _ in members:
+            yield beam.pvalue.TaggedOutput(SETTLED, (node, label))
+        return
+    for node, neighbours in members:
+        yield node, (min(label, own), neighbours)
+
+
+def _closed(members: list[tuple[str, tuple[str, ...]]]) -> bool:
+    """No member has a neighbour outside the members: edges run both ways, so they are whole components; all
+    labelled with one of their nodes, they are one component, and its smallest node (whose label is itself)."""
+    nodes = {node for node, _ in members}
+    return all(other in nodes for _, neighbours in members for other in neighbours)
 
 
 def _label_messages(item: Node) -> Iterator[tuple[str, tuple[int, str]]]:
@@ -345,14 +361,17 @@ class ConnectedComponents(beam.PTransform):
     """Edges (a, b) -> (node, smallest node id of its component), distributed over the runner.
 
     Each node travels with its neighbours, so a round is two shuffles (spread the labels and keep the
-    smallest; jump to the label's label), through files under ``shuffle_dir`` when given.
+    smallest; jump to the label's label), through files under ``shuffle_dir`` when given. The labels come as
+    several PCollections (the resolved, the settled of each round), not flattened: the in-process runners run
+    a Flatten of several inputs themselves, holding every element (at 300 MB of 400 B pages, ~60 MB more in the
+    largest process); ``FileCoGroupByKey`` writes each where it is produced.
     """
 
     def __init__(self, rounds: int, shuffle_dir: str | None = None) -> None:
         super().__init__()
         self.rounds, self.shuffle_dir = rounds, shuffle_dir
 
-    def expand(self, edges: beam.PCollection) -> beam.PCollection:
+    def expand(self, edges: beam.PCollection) -> tuple[beam.PCollection, ...]:
         shuffle = self.shuffle_dir
         nodes = (
             edges
@@ -360,15 +379,18 @@ class ConnectedComponents(beam.PTransform):
             | "Adjacency" >> FileGroupByKey(shuffle)
             | "Init" >> beam.Map(_init)
         )
+        settled = []
         for r in range(self.rounds):
-            nodes = (
+            jumped = (
                 nodes
                 | f"Spread{r}" >> beam.FlatMap(_spread)
                 | f"Min{r}" >> FileGroupByKey(shuffle)
                 | f"Smallest{r}" >> beam.FlatMap(_smallest)
                 | f"ByLabel{r}" >> FileGroupByKey(shuffle)
-                | f"Jump{r}" >> beam.FlatMap(_jump)
+                | f"Jump{r}" >> beam.FlatMap(_jump).with_outputs(SETTLED, main="nodes")
             )
+            nodes = jumped.nodes
+            settled.append(jumped[SETTLED])
         leftover = (
             nodes
             | "LabelMessages" >> beam.FlatMap(_label_messages)
@@ -385,11 +407,12 @@ class ConnectedComponents(beam.PTransform):
             | "UnionFind" >> beam.FlatMap(lambda item: _union_find(list(item[1])).items())
         )
         by_label = nodes | "ByLabel" >> beam.Map(lambda item: (item[1][0], item[0]))
-        return (
+        resolved = (
             {"node": by_label, "root": roots}
             | "JoinRoots" >> FileCoGroupByKey(shuffle)
             | "Resolve" >> beam.FlatMap(lambda item: [(node, min(item[1]["root"], default=item[0])) for node in item[1]["node"]])
         )
+        return (resolved, *settled)
 
 
 def _representatives(item: tuple[str, Iterable[tuple[str, int]]]) -> Iterator[tuple[str, str]]:

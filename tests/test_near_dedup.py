@@ -255,8 +255,8 @@ def _graphs() -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("rounds", [0, 1, 2, 4])
 def test_connected_components_are_exact_whatever_the_rounds(rounds, tmp_path):
-    """Every node labelled with the smallest node of its component, whether the rounds settled it or it was left to
-    the residual union-find, through files or not."""
+    """Every node labelled with the smallest node of its component, whether its component settled in a round
+    (the jump's check that a label's group is whole) or was left to the residual union-find, through files or not."""
     from apache_beam.testing.util import assert_that, equal_to
 
     from corpusforge.pipeline.near_dedup import ConnectedComponents, _union_find
@@ -266,4 +266,17 @@ def test_connected_components_are_exact_whatever_the_rounds(rounds, tmp_path):
     assert len({root for _, root in expected}) > 5 and {root for node, root in expected if node[0] == "c"} == {"c00"}
     for shuffle in (None, str(tmp_path / "shuffle")):
         with beam.Pipeline(options=options()) as p:
-            assert_that(p | beam.Create(edges) | ConnectedComponents(rounds, shuffle), equal_to(expected))
+            assert_that(p | beam.Create(edges) | ConnectedComponents(rounds, shuffle) | beam.Flatten(), equal_to(expected))
+
+
+def test_a_label_group_settles_only_when_whole():
+    """The jump settles a group only when its label is its own and no member has a neighbour outside it."""
+    from corpusforge.pipeline.near_dedup import OTHER, OWN, SETTLED, _jump
+
+    whole = ("a", [(OWN, "a"), (OTHER, "a", ("b",)), (OTHER, "b", ("a", "c")), (OTHER, "c", ("b",))])
+    out = list(_jump(whole))
+    assert all(o.tag == SETTLED for o in out) and sorted(o.value for o in out) == [("a", "a"), ("b", "a"), ("c", "a")]
+    open_group = ("a", [(OWN, "a"), (OTHER, "a", ("b",)), (OTHER, "b", ("a", "d"))])  # d is labelled otherwise
+    assert list(_jump(open_group)) == [("a", ("a", ("b",))), ("b", ("a", ("a", "d")))]
+    relabelled = ("b", [(OWN, "a"), (OTHER, "b", ("c",)), (OTHER, "c", ("b",))])  # b itself now has the label a
+    assert list(_jump(relabelled)) == [("b", ("a", ("c",))), ("c", ("a", ("b",)))]
