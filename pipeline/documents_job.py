@@ -15,6 +15,7 @@ import apache_beam as beam
 from corpusforge.core import storage
 from corpusforge.core.config import CleanConfig, NearDedupConfig
 from corpusforge.pipeline.counters import write_counters
+from corpusforge.pipeline.file_shuffle import FileFlatten
 from corpusforge.pipeline.options import beam_job
 from corpusforge.pipeline.steps import ExactDedup, SpillRejects, WriteDocuments, WriteRejects, split_kinds
 
@@ -71,7 +72,7 @@ def documents_graph(p: beam.Pipeline, job: DocumentsJob) -> None:
     shuffle = storage.join(job.work, "shuffle") if job.file_shuffle else None
     context = ReadContext(storage.join(job.work, "spill"), job.clean, job.near_dedup, storage.join(job.work, "completions"))
     reads = [pcoll for read in job.reads for pcoll in read(p, context)]
-    refs, rejects, read_counters = split_kinds(reads | "AllSources" >> beam.Flatten(), "Read")
+    refs, rejects, read_counters = split_kinds(tuple(reads) | "AllSources" >> FileFlatten(shuffle), "Read")
     reject_streams = [rejects]
     if job.exact_dedup:
         refs, duplicates = refs | "ExactDedup" >> ExactDedup(shuffle)
@@ -105,7 +106,7 @@ def remove_reference_source(refs: beam.PCollection, reject_streams: list, remova
     others = refs | "OtherRefs" >> beam.Filter(lambda r: r.source != cleaned)
     removal = pages | "RemoveWikipedia" >> WikipediaRemoval(references, removal.near, shuffle)
     reject_streams.append(removal[REJECTS])
-    return (removal[KEPT], others) | "WithoutWikipedia" >> beam.Flatten()
+    return (removal[KEPT], others) | "WithoutWikipedia" >> FileFlatten(shuffle)
 
 
 def run_documents_job(options: beam.options.pipeline_options.PipelineOptions, job: DocumentsJob, made_from: str) -> tuple[dict, int]:

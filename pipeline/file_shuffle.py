@@ -143,6 +143,9 @@ def _group_bucket(item: tuple[int, list[tuple[str, int, int]]], min_values: int 
 class FileGroupByKey(beam.PTransform):
     """``beam.GroupByKey()`` whose elements travel through files under ``folder`` (None: Beam's own).
 
+    The input may be several PCollections (a tuple), grouped as one and each written where it is produced: a
+    Flatten of several inputs is run by the in-process runners themselves, which hold every element it carries.
+
     ``flush_elements``: pairs a producing worker holds before writing them out (None: ``FLUSH_ELEMENTS``);
     fewer for large values (shingle sets), so that its buffer stays a few tens of MB. ``many_keys``: the elements
     are (keys, value), the value grouped under each of its keys (a document's band keys: one element per
@@ -157,8 +160,10 @@ class FileGroupByKey(beam.PTransform):
         self.folder, self.buckets, self.flush_elements = folder, buckets, flush_elements
         self.many_keys, self.min_values = many_keys, min_values
 
-    def expand(self, pairs: beam.PCollection) -> beam.PCollection:
+    def expand(self, pairs: beam.PCollection | tuple[beam.PCollection, ...]) -> beam.PCollection:
+        inputs = pairs if isinstance(pairs, tuple) else (pairs,)
         if self.folder is None:
+            pairs = inputs | "AllInputs" >> beam.Flatten()
             if self.many_keys:
                 pairs = pairs | "EachKey" >> beam.FlatMap(_each_key)
             grouped = pairs | "GroupByKey" >> beam.GroupByKey()
@@ -166,9 +171,11 @@ class FileGroupByKey(beam.PTransform):
                 return grouped
             return grouped | "MinValues" >> beam.Filter(lambda group, least: len(group[1]) >= least, self.min_values)
         folder = _unique(self.folder)
+        writer = _WriteBuckets(folder, self.buckets, self.flush_elements, self.many_keys)
+        files = [pcoll | f"WriteBuckets{i or ''}" >> beam.ParDo(writer) for i, pcoll in enumerate(inputs)]
         return (
-            pairs
-            | "WriteBuckets" >> beam.ParDo(_WriteBuckets(folder, self.buckets, self.flush_elements, self.many_keys))
+            files
+            | "AllFiles" >> beam.Flatten()
             | LOCATIONS >> beam.GroupByKey()
             | "GroupBucket" >> beam.FlatMap(_group_bucket, self.min_values)
         )
@@ -214,6 +221,32 @@ class FileCoGroupByKey(beam.PTransform):
             | "GroupBucket" >> beam.FlatMap(_group_bucket)
             | "Split" >> beam.Map(split)
         )
+
+
+class FileFlatten(beam.PTransform):
+    """``beam.Flatten()`` of several PCollections through files: each input written where it is produced and
+    read back a file piece at a time, so only the pieces' locations are flattened by the runner (the
+    in-process runners run a Flatten of several inputs themselves, holding every element: a DocRef of every
+    document of every source). One input, or no folder: Beam's own."""
+
+    def __init__(self, folder: str | None) -> None:
+        super().__init__()
+        self.folder = folder
+
+    def expand(self, pcolls: tuple[beam.PCollection, ...]) -> beam.PCollection:
+        if self.folder is None or len(pcolls) == 1:
+            return pcolls | "Flatten" >> beam.Flatten()
+        writer = _WriteBuckets(_unique(self.folder), 1)
+        files = [
+            pcoll | f"Unkeyed{i}" >> beam.Map(lambda e: (None, e)) | f"Write{i}" >> beam.ParDo(writer) for i, pcoll in enumerate(pcolls)
+        ]
+        return files | "AllFiles" >> beam.Flatten() | "Read" >> beam.FlatMap(_read_piece)
+
+
+def _read_piece(location: tuple[int, tuple[str, int, int]]) -> Iterator[Any]:
+    _, (path, offset, size) = location
+    for _, element in pickle.loads(storage.read_range(path, offset, size)):
+        yield element
 
 
 class FileDistinct(beam.PTransform):

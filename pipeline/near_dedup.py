@@ -434,7 +434,9 @@ def _keep_or_reject(item: tuple[str, dict[str, list]]) -> Iterator[object]:
             yield ref
 
 
-def _split(refs: beam.PCollection, rejects: beam.PCollection, shuffle_dir: str | None) -> beam.pvalue.DoOutputsTuple:
+def _split(
+    refs: beam.PCollection, rejects: beam.PCollection | tuple[beam.PCollection, ...], shuffle_dir: str | None
+) -> beam.pvalue.DoOutputsTuple:
     keyed = refs | "KeyRefs" >> beam.Map(lambda r: (r.id, r))
     return (
         {"ref": keyed, "reject": rejects}
@@ -513,7 +515,6 @@ class WikipediaRemoval(beam.PTransform):
                 elsewhere | "WebBands" >> beam.Map(_band_keys, WEB),
                 wiki | "WikiBands" >> beam.Map(_band_keys, WIKI),
             )
-            | "AllBands" >> beam.Flatten()
             | "ByBand" >> FileGroupByKey(self.shuffle_dir, many_keys=True, min_values=2)
             | "CrossPairs" >> beam.FlatMap(_cross_pairs)
             | "DistinctPairs" >> FileDistinct(self.shuffle_dir)
@@ -523,8 +524,7 @@ class WikipediaRemoval(beam.PTransform):
             wiki_refs = wiki | "WikiById" >> beam.Map(_location)
             pairs = pairs | "Verify" >> VerifyPairs(cfg, web_refs, wiki_refs, self.shuffle_dir)
         near_rejects = pairs | "NearReject" >> beam.Map(lambda p: (p[0], ("wikipedia_near_duplicate", p[1])))
-        rejects = (url_rejects, near_rejects) | "AllRejects" >> beam.Flatten()
-        return _split(web, rejects, self.shuffle_dir)
+        return _split(web, (url_rejects, near_rejects), self.shuffle_dir)
 
 
 def wikipedia_removal(

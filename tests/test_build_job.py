@@ -116,6 +116,46 @@ def _documents_labels(out: Path, runner: str) -> set[str]:
     return visitor.labels
 
 
+class _Flattens(PipelineVisitor):
+    """Each Flatten of several inputs: (its label, the labels of the steps producing its inputs)."""
+
+    def __init__(self) -> None:
+        self.flattens: dict[str, list[str]] = {}
+
+    def visit_transform(self, node) -> None:
+        if isinstance(node.transform, beam.Flatten) and len(node.inputs) > 1:
+            self.flattens[node.full_label] = [pcoll.producer.full_label for pcoll in node.inputs]
+
+
+def test_no_flatten_of_several_inputs_carries_an_element_per_document(tmp_path: Path, shared_data: Path) -> None:
+    """The in-process runners run a Flatten of several inputs themselves, holding every element it carries: with
+    books, Wikipedia and WebText (and the removal of Wikipedia from WebText) built together, the ones the runner
+    runs carry only what writers wrote (file locations) or counters; WebText's own steps (links, fetching, by
+    Beam's own shuffles before their spill) apart."""
+    dumps = sorted((shared_data / "reddit").glob("RS_*.xz"))
+    cfg = load_config(
+        DEMO,
+        [
+            f"run.output_dir={json.dumps(str(tmp_path / 'out'))}",
+            'run.stages=["books", "wikipedia", "webtext", "clean", "dedup", "near_dedup", "documents"]',
+            f"webtext.dumps={json.dumps([str(d) for d in dumps])}",
+            "webtext.offline=true",
+            f"webtext.warc_dir={json.dumps(str(shared_data / 'html' / 'warc'))}",
+        ],
+    )
+    pipeline, visitor = beam.Pipeline(), _Flattens()
+    try:
+        documents_graph(pipeline, documents_job(cfg, Layout.at(cfg.run.output_dir, cfg.run.temp_location), documents_parts(cfg.run.stages)))
+        pipeline.visit(visitor)
+    finally:
+        shutil.rmtree(pipeline.local_tempdir)
+    flattens = {label: inputs for label, inputs in visitor.flattens.items() if not label.startswith("WebText")}
+    assert "AllSources/AllFiles" in flattens and "RemoveWikipedia/ByBand/AllFiles" in flattens  # the graph has them
+    for label, inputs in flattens.items():
+        if label != "AllCounters":
+            assert all(re.search(r"/(Write|Spill)\w*$", producer) for producer in inputs), (label, inputs)
+
+
 def test_per_document_shuffles_go_through_files_on_dask_and_not_on_flink(tmp_path: Path) -> None:
     """On Dask, Beam's GroupByKey is a task shuffle of pickled lists (100 MB of 4 KB articles: 91 CPU-s on two
     workers against 53 through files); engines with a shuffle service of their own keep it."""

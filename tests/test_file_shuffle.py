@@ -9,7 +9,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
 from corpusforge.pipeline import file_shuffle
-from corpusforge.pipeline.file_shuffle import FileCoGroupByKey, FileGroupByKey, bucket_of
+from corpusforge.pipeline.file_shuffle import FileCoGroupByKey, FileFlatten, FileGroupByKey, bucket_of
 from corpusforge.pipeline.options import LOCAL_RUNNER
 
 PAIRS = [(f"k{i % 37}", (i, "v" * (i % 5))) for i in range(1_000)] + [(b"\x00bytes", 1), (7, "int key")]
@@ -124,3 +124,26 @@ def test_many_keys_and_min_values_group_as_the_pairs_would(tmp_path: Path, monke
     _run(graph)
     assert len(_expected_many(1)) == 200 + 19 and len(_expected_many(2)) == 19  # each "only" key has one value, "two" two
     assert len(list((tmp_path / "shuffle").rglob("*.pickle"))) > 2
+
+
+def test_several_inputs_are_written_where_produced_and_grouped_as_one(tmp_path: Path) -> None:
+    """A tuple of PCollections: FileGroupByKey and each name of FileCoGroupByKey group them as their Flatten
+    would; FileFlatten gives every element of every input once, each through its own files."""
+    a = [(f"k{i % 7}", i) for i in range(300)]
+    b = [(f"k{i % 11}", -i) for i in range(1, 200)]
+    grouped = {}
+    for key, value in a + b:
+        grouped.setdefault(key, []).append(value)
+    expected = [(key, sorted(values)) for key, values in grouped.items()]
+    co_expected = [(key, {"x": sorted(values), "y": [1] if key == "k1" else []}) for key, values in grouped.items()]
+    for folder in (None, str(tmp_path / "shuffle")):
+        with beam.Pipeline(options=PipelineOptions([], runner=LOCAL_RUNNER, direct_running_mode="in_memory")) as p:
+            inputs = (p | "A" >> beam.Create(a), p | "B" >> beam.Create(b))
+            groups = inputs | FileGroupByKey(folder) | "Sorted" >> beam.Map(lambda kv: (kv[0], sorted(kv[1])))
+            assert_that(groups, equal_to(expected), label="Groups")
+            co = {"x": inputs, "y": p | "Y" >> beam.Create([("k1", 1)])} | FileCoGroupByKey(folder)
+            co = co | "CoSorted" >> beam.Map(lambda kv: (kv[0], {n: sorted(v) for n, v in kv[1].items()}))
+            assert_that(co, equal_to(co_expected), label="CoGroups")
+            assert_that(inputs | FileFlatten(folder), equal_to(a + b), label="Flattened")
+    written = list((tmp_path / "shuffle").rglob("*.pickle"))
+    assert len({f.parent for f in written}) == 3 and len(written) >= 7  # a folder per transform, a file per input at least
