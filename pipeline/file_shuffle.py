@@ -163,7 +163,7 @@ class FileGroupByKey(beam.PTransform):
     def expand(self, pairs: beam.PCollection | tuple[beam.PCollection, ...]) -> beam.PCollection:
         inputs = pairs if isinstance(pairs, tuple) else (pairs,)
         if self.folder is None:
-            pairs = inputs | "AllInputs" >> beam.Flatten()
+            pairs = inputs[0] if len(inputs) == 1 else inputs | "AllInputs" >> beam.Flatten()
             if self.many_keys:
                 pairs = pairs | "EachKey" >> beam.FlatMap(_each_key)
             grouped = pairs | "GroupByKey" >> beam.GroupByKey()
@@ -196,7 +196,9 @@ class FileCoGroupByKey(beam.PTransform):
     def expand(self, inputs: dict[str, beam.PCollection | tuple[beam.PCollection, ...]]) -> beam.PCollection:
         parts = {name: pcolls if isinstance(pcolls, tuple) else (pcolls,) for name, pcolls in inputs.items()}
         if self.folder is None:
-            whole = {name: pcolls | f"All{name.title()}" >> beam.Flatten() for name, pcolls in parts.items()}
+            whole = {
+                name: pcolls[0] if len(pcolls) == 1 else pcolls | f"All{name.title()}" >> beam.Flatten() for name, pcolls in parts.items()
+            }
             return whole | "CoGroupByKey" >> beam.CoGroupByKey()
         folder, names = _unique(self.folder), list(inputs)
         files = [

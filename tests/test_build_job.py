@@ -104,15 +104,20 @@ class _Labels(PipelineVisitor):
         self.labels.add(node.full_label)
 
 
-def _documents_labels(out: Path, runner: str) -> set[str]:
-    """The steps of the documents job's graph as built for ``runner`` (built only, never run)."""
-    cfg = load_config(DEMO, [f"run.output_dir={json.dumps(str(out))}", f'run.runner="{runner}"'])
-    pipeline, visitor = beam.Pipeline(), _Labels()
+def _visit_documents_graph(cfg, visitor: PipelineVisitor) -> None:
+    """The documents job's graph as built for ``cfg``, walked by ``visitor`` (built only, never run)."""
+    pipeline = beam.Pipeline()
     try:
         documents_graph(pipeline, documents_job(cfg, Layout.at(cfg.run.output_dir, cfg.run.temp_location), documents_parts(cfg.run.stages)))
         pipeline.visit(visitor)
     finally:
         shutil.rmtree(pipeline.local_tempdir)
+
+
+def _documents_labels(out: Path, runner: str) -> set[str]:
+    """The steps of the documents job's graph as built for ``runner``."""
+    visitor = _Labels()
+    _visit_documents_graph(load_config(DEMO, [f"run.output_dir={json.dumps(str(out))}", f'run.runner="{runner}"']), visitor)
     return visitor.labels
 
 
@@ -143,12 +148,8 @@ def test_no_flatten_of_several_inputs_carries_an_element_per_document(tmp_path: 
             f"webtext.warc_dir={json.dumps(str(shared_data / 'html' / 'warc'))}",
         ],
     )
-    pipeline, visitor = beam.Pipeline(), _Flattens()
-    try:
-        documents_graph(pipeline, documents_job(cfg, Layout.at(cfg.run.output_dir, cfg.run.temp_location), documents_parts(cfg.run.stages)))
-        pipeline.visit(visitor)
-    finally:
-        shutil.rmtree(pipeline.local_tempdir)
+    visitor = _Flattens()
+    _visit_documents_graph(cfg, visitor)
     flattens = {label: inputs for label, inputs in visitor.flattens.items() if not label.startswith("WebText")}
     assert "AllSources/AllFiles" in flattens and "RemoveWikipedia/ByBand/AllFiles" in flattens  # the graph has them
     for label, inputs in flattens.items():
