@@ -59,6 +59,7 @@ SHARED_BOOKS = ROOT.parent / "shared" / "data" / "books"
 DOCUMENTS = '["{source}","clean","dedup","near_dedup","documents"]'
 FULL = DOCUMENTS.replace('"documents"]', '"documents","vocab","bert","gpt"]')
 CLI = [str(Path(sys.executable).parent / "corpusforge"), "build"]
+SAMPLE_BOOKS = Path(__file__).resolve().parents[1] / "corpusforge" / "samples" / "books"
 
 
 class PeakWatcher:
@@ -640,6 +641,11 @@ def main() -> None:
         default=None,
         help="sizes also built in_memory for the speed-up (default: those up to 400 MB)",
     )
+    parser.add_argument(
+        "--plus-books",
+        action="store_true",
+        help="the full builds also read the bundled books: two sources, as a BERT build of books and Wikipedia reads",
+    )
     parser.add_argument("--dask-size", type=int, default=400, help="corpus for the Dask comparison (0: skip)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/corpusforge-scale"))
     parser.add_argument("--store", choices=["local", "s3"], default="local", help="s3: the same build on local disk and on S3, compared")
@@ -662,10 +668,14 @@ def main() -> None:
     # This shared machine's speed drifts by a quarter between days: a fixed job's time lets figures of two runs be compared.
     print(f"machine speed: the reference job (bench/scale.py SPIN) alone takes {reference_seconds():.2f} CPU-s (median of 5)", flush=True)
     print(f"{'run':34} {'input MB':>8} {'wall s':>7} {'CPU s':>7} {'MB/CPU-s':>8} {'launcher MB':>11} {'worker MB':>9}")
+    full, more = FULL, ()
+    if args.plus_books:  # a second source: a Flatten of several inputs is where the in-process runners hold elements
+        full, more = FULL.replace('"{source}"', '"books","{source}"'), ("--set", f"books.paths={json.dumps([str(SAMPLE_BOOKS)])}")
+        print(f"plus the bundled books ({SAMPLE_BOOKS}) as a second source in the full builds")
     rows, inproc = {}, {}
     for size in args.sizes:
         corpus, nbytes = corpus_of(size, args.work, args.source, args.page_bytes)
-        r = build(corpus, args.work / f"out-{size}", FULL, "--set", 'run.direct_running_mode="multi_processing"')
+        r = build(corpus, args.work / f"out-{size}", full, *more, "--set", 'run.direct_running_mode="multi_processing"')
         rows[size] = r
         print(
             f"{'full build, default mode':34} {nbytes / 2**20:8.0f} {r['wall']:7.1f} {r['cpu']:7.1f} {nbytes / 2**20 / r['cpu']:8.2f} "
@@ -675,7 +685,7 @@ def main() -> None:
         print_stages(r, nbytes)
     for size in inproc_sizes:
         corpus, nbytes = corpus_of(size, args.work, args.source, args.page_bytes)
-        r = inproc[size] = build(corpus, args.work / f"out-{size}-inproc", FULL, "--set", 'run.direct_running_mode="in_memory"')
+        r = inproc[size] = build(corpus, args.work / f"out-{size}-inproc", full, *more, "--set", 'run.direct_running_mode="in_memory"')
         print(
             f"{'full build, in_memory (1 process)':34} {nbytes / 2**20:8.0f} {r['wall']:7.1f} {r['cpu']:7.1f} "
             f"{nbytes / 2**20 / r['cpu']:8.2f} {mb(r['launcher']):>11} {'-':>9}",
