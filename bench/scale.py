@@ -13,7 +13,9 @@ processes, so the launcher's own peak is measured): the wall ratio, and the rati
 which no task ran on any worker (the launcher planning and submitting, the scheduler passing a shuffle's small
 steps along, the launcher's report): a second worker cannot shorten those, so the 1-worker run's task-less seconds
 plus half its task seconds bound the 2-vs-1 ratio (Amdahl's law), whatever the machine; with its task seconds spread at the
-pace this machine gave two CPU-bound processes (below one, on a machine whose cores slow each other), they bound it here.
+pace this machine gave two CPU-bound processes (below one, on a machine whose cores slow each other), they bound it here. With
+the 2-worker run's own task seconds instead (the same tasks, two at once: slower where the cores share caches and
+memory bandwidth), the bound holds every loss but the schedule's.
 
 With ``--store s3``, instead: the object store's cost. Per size, the full build on a 2-worker Dask
 LocalCluster (its own process) twice, interleaved: (A) inputs, temp and output on local disk, (B) all
@@ -284,6 +286,12 @@ def taskless_seconds(stream: list[dict], start: float, wall: float) -> tuple[flo
     return spans[0][0], between, max(0.0, wall - reached)
 
 
+def task_seconds(stream: list[dict]) -> float:
+    """Seconds the run's tasks computed, summed over workers: the same work on two workers of a machine whose
+    cores share caches and memory takes more of them than on one (the slowdown no schedule removes)."""
+    return sum(part["stop"] - part["start"] for task in stream for part in task["startstops"] if part["action"] == "compute")
+
+
 @contextlib.contextmanager
 def _task_stream(address: str) -> Iterator[Any]:
     """The scheduler's task stream while the block runs (its ``data`` after), through a client closed at the end."""
@@ -342,6 +350,7 @@ def dask_build(corpus: Path, out: Path, workers: int, timeline: bool = False) ->
             elapsed = time.time() - start
             result["busy"] = busy_cores(tasks.data, start, elapsed)
             result["taskless"] = taskless_seconds(tasks.data, start, elapsed)
+            result["task_seconds"] = task_seconds(tasks.data)
         result["cluster_cpu"] = sum(_tree_cpu(p.pid) for p in [scheduler, *worker_procs]) - cpu_cluster0
         result["scheduler"] = result["others"].get(scheduler.pid, 0)
         result["dask_workers"] = max((v for k, v in result["others"].items() if k != scheduler.pid), default=0)
@@ -694,7 +703,7 @@ def main() -> None:
         print_stages(r, nbytes)
     if args.dask_size:
         corpus, nbytes = corpus_of(args.dask_size, args.work, args.source, args.page_bytes)
-        ratios, equal_cpu, ceiling, bounds, amdahl, amdahl_here = [], [], [], [], [], []
+        ratios, equal_cpu, ceiling, bounds, amdahl, amdahl_here, slowdown, amdahl_tasks = [], [], [], [], [], [], [], []
         for _ in range(args.repeat):  # interleaved: 2, 1, 2, 1, ... (one run pair swung from 1.75x to 2.31x here)
             ceiling.append(machine_speedup(2))
             dask = {n: dask_build(corpus, args.work / f"out-dask{n}", n, args.timeline) for n in (2, 1)}
@@ -716,7 +725,7 @@ def main() -> None:
                     first, between, last = r["taskless"]
                     print(
                         f"  no task running for {first + between + last:.1f} s of {r['wall']:.1f}: {first:.1f} s before the first, "
-                        f"{between:.1f} s between tasks, {last:.1f} s after the last",
+                        f"{between:.1f} s between tasks, {last:.1f} s after the last; its tasks computed for {r['task_seconds']:.1f} s in all",
                         flush=True,
                     )
             if args.timeline:
@@ -725,6 +734,9 @@ def main() -> None:
                 amdahl.append(dask[1]["wall"] / (serial + (dask[1]["wall"] - serial) / 2))
                 # ... and spread at the pace this machine gave two CPU-bound processes in that pair, not halved.
                 amdahl_here.append(dask[1]["wall"] / (serial + (dask[1]["wall"] - serial) / ceiling[-1]))
+                # ... and the 2-worker run's own task seconds (its tasks as slow as they were), split evenly over 2 workers.
+                slowdown.append(dask[2]["task_seconds"] / dask[1]["task_seconds"])
+                amdahl_tasks.append(dask[1]["wall"] / (serial + dask[2]["task_seconds"] / 2))
     print("\ntargets:")
     small, big = min(args.sizes), max(args.sizes)
     peak = lambda r: max(r["launcher"], r["workers"])  # noqa: E731
@@ -760,6 +772,11 @@ def main() -> None:
             print(
                 f"  ... and its task seconds spread at this machine's own 2-vs-1 below instead: at most "
                 f"{statistics.median(amdahl_here):.2f}x{' (median of ' + ', '.join(f'{r:.2f}' for r in amdahl_here) + ')' if len(amdahl_here) > 1 else ''}"
+            )
+            print(
+                f"  ... and the 2-worker run's own task seconds split evenly instead ({statistics.median(slowdown):.2f}x the 1-worker "
+                f"run's: the same tasks, two at once): at most {statistics.median(amdahl_tasks):.2f}x"
+                f"{' (median of ' + ', '.join(f'{r:.2f}' for r in amdahl_tasks) + ')' if len(amdahl_tasks) > 1 else ''}"
             )
         print(
             f"  this machine, 2 CPU-bound processes at once vs 1 alone (the most 2 workers can reach): {statistics.median(ceiling):.2f}x"
