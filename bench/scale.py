@@ -325,13 +325,15 @@ def dask_build(corpus: Path, out: Path, workers: int, timeline: bool = False) ->
                 "--no-dashboard",
                 "--memory-limit",
                 "0",
+                "--preload",  # as the README starts a cluster's workers: the job's modules imported as each starts
+                "corpusforge.pipeline.cluster_warmup",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         for _ in range(workers)
     ]
-    time.sleep(5)
+    time.sleep(8)  # the workers import Beam and the steps as they start (~2.2 CPU-s each, both cores)
     try:
         cpu_cluster0 = sum(_tree_cpu(p.pid) for p in [scheduler, *worker_procs])
         start = time.time()

@@ -5,6 +5,10 @@ it, the runner and the job's steps: ~2.2 CPU-s). ``warm_cluster`` has every work
 while the launcher imports Beam itself (the command line warms before its own import), describes the inputs and
 builds the graph. The scheduler imports none of them: it forwards sealed tasks (``sealed_tasks``) unread.
 
+A cluster started for builds can import them sooner, as each worker starts: ``dask worker ADDRESS --preload
+corpusforge.pipeline.cluster_warmup`` (Dask's preload calls ``dask_setup``), so a build's first tasks wait for no
+import and the launcher plans with the cores to itself; the launcher's warm-up then finds them imported.
+
 Only imports: a job reads and writes the same whether the warm-up ran, is still running or failed (a cluster that
 cannot be reached fails the job's own connection, with its own message). Each worker imports on its event loop's
 thread, where it also unpickles a job's tasks, and only while it holds no task: imports of the same modules in two
@@ -86,6 +90,12 @@ async def _send(client_options: dict, modules: list[str]) -> None:
 
     async with ddist.Client(**client_options, asynchronous=True, set_as_default=False) as client:  # the job's own stays Dask's default
         await client.run(_warm_worker, modules, wait=False)  # answered once every worker has its import scheduled
+
+
+def dask_setup(worker) -> None:
+    """Dask's preload hook (``dask worker --preload corpusforge.pipeline.cluster_warmup``): the job's modules imported
+    as the worker starts, on its event loop before it takes a task."""
+    _import(list(MODULES))
 
 
 async def _warm_worker(modules: list[str], dask_worker) -> None:

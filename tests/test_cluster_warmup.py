@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import socket
 import subprocess
 import sys
 import time
@@ -135,3 +136,25 @@ def test_the_command_line_warms_the_cluster_before_it_imports_beam(tmp_path: Pat
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 2 and "unknown stage(s)" in done.stderr + done.stdout
     assert "warmed {'address': '127.0.0.1:9'} False" in done.stdout
+
+
+def test_a_worker_started_with_the_preload_imports_the_modules_as_it_starts(tmp_path: Path) -> None:
+    """``dask worker ADDRESS --preload corpusforge.pipeline.cluster_warmup``, as the README starts a cluster's workers:
+    the job's modules are imported before any build connects (no warm-up sent, no job), out of the worker's
+    collections; the scheduler imports none of them."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dask, address = str(Path(sys.executable).parent / "dask"), f"127.0.0.1:{port}"
+    processes = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"], cwd=tmp_path)]
+    try:
+        preload = ["--preload", "corpusforge.pipeline.cluster_warmup"]
+        processes.append(subprocess.Popen([dask, "worker", address, "--nthreads", "1", "--no-dashboard", *preload], cwd=tmp_path))
+        with Client(address, timeout=60) as client:
+            client.wait_for_workers(1, timeout=120)
+            assert [_everywhere(client, module) for module in WARM_MODULES] == [[False, True]] * len(WARM_MODULES)
+            assert min(client.run(gc.get_freeze_count).values()) > 100_000
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            process.wait(timeout=60)
