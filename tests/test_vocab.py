@@ -146,7 +146,9 @@ def test_train_vocab_from_documents_samples_the_parquet_files(shared_data, tmp_p
     assert vocab_manifest(dirs["wordpiece"])["size"] == 2000 and vocab_manifest(dirs["bpe"])["size"] == 2000
     first = vocab_sha256(dirs["bpe"])
     again = train_vocab_from_documents(paths, tmp_path / "again", cfg.model_copy(update={"kinds": ["bpe"]}))
-    assert vocab_sha256(again["bpe"]) == first  # same sample, same vocabulary
+    assert vocab_sha256(again["bpe"]) == first  # same sample, same vocabulary, whether trained beside WordPiece or alone
+    alone = train_vocab_from_documents(paths, tmp_path / "alone", cfg.model_copy(update={"kinds": ["wordpiece"]}))
+    assert vocab_sha256(alone["wordpiece"]) == vocab_sha256(dirs["wordpiece"])
     Path(again["bpe"], "merges.txt").write_text("#version: 0.2\n", encoding="utf-8")
     assert vocab_sha256(again["bpe"]) != first
 
