@@ -299,8 +299,9 @@ def sample_documents(docs: Iterable[tuple[str, str]], rate: float, max_bytes: in
 def train_vocab_from_documents(doc_paths: list[storage.PathLike], out_dir: storage.PathLike, cfg: VocabConfig) -> dict[str, str]:
     """Train every vocabulary kind in ``cfg.kinds`` on one deterministic sample of the documents, the kinds side
     by side: HF's trainers spend most of their time in Rust without the GIL, each on part of the cores, so two
-    at once finish sooner and write the same files as one at a time (the stage's process, 100 MB of 4 KB articles:
-    12.1 -> 11.0 s wall; 1 GB of books, its sample capped: 20.4 -> 19.8 s; its peak ~35 MB higher).
+    at once finish sooner and write the same files as one at a time (``corpusforge build`` of the vocab stage alone
+    on 100 MB of 4 KB articles: 13.1 -> 12.0 s wall, its largest process 414 -> 469 MB; this function alone on 1 GB
+    of books, its sample capped: 20.4 -> 19.8 s).
 
     Returns kind -> vocabulary directory (``out_dir/wordpiece``, ``out_dir/bpe``).
     """
