@@ -61,7 +61,7 @@ SHARED_BOOKS = ROOT.parent / "shared" / "data" / "books"
 DOCUMENTS = '["{source}","clean","dedup","near_dedup","documents"]'
 FULL = DOCUMENTS.replace('"documents"]', '"documents","vocab","bert","gpt"]')
 CLI = [str(Path(sys.executable).parent / "corpusforge"), "build"]
-SAMPLE_BOOKS = Path(__file__).resolve().parents[1] / "corpusforge" / "samples" / "books"
+SAMPLE_BOOKS = ROOT / "corpusforge" / "samples" / "books"
 
 
 class PeakWatcher:
