@@ -256,17 +256,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def compute_spans(stream: list[dict], start: float) -> list[tuple[float, float]]:
+    """(begin, end) of every task's computing in Dask's task stream, in seconds from ``start``."""
+    return [(part["start"] - start, part["stop"] - start) for task in stream for part in task["startstops"] if part["action"] == "compute"]
+
+
 def busy_cores(stream: list[dict], start: float, wall: float, bins: int = 10) -> list[float]:
     """Cores kept busy by tasks in each of ``bins`` equal slices of a run, from Dask's task stream."""
     busy = [0.0] * bins
     width = wall / bins
-    for task in stream:
-        for part in task["startstops"]:
-            if part["action"] != "compute":
-                continue
-            begin, end = part["start"] - start, part["stop"] - start
-            for b in range(max(0, int(begin // width)), min(bins, int(end // width) + 1)):
-                busy[b] += max(0.0, min(end, (b + 1) * width) - max(begin, b * width))
+    for begin, end in compute_spans(stream, start):
+        for b in range(max(0, int(begin // width)), min(bins, int(end // width) + 1)):
+            busy[b] += max(0.0, min(end, (b + 1) * width) - max(begin, b * width))
     return [seconds / width for seconds in busy]
 
 
@@ -274,9 +275,7 @@ def taskless_seconds(stream: list[dict], start: float, wall: float) -> tuple[flo
     """Seconds of a run in which no task ran on any worker, from Dask's task stream: before the first, between
     tasks, after the last. A second worker cannot shorten these (the launcher plans and submits, the scheduler
     hands on a shuffle's next step, the launcher writes the report): Amdahl's serial part of the run."""
-    spans = sorted(
-        (part["start"] - start, part["stop"] - start) for task in stream for part in task["startstops"] if part["action"] == "compute"
-    )
+    spans = sorted(compute_spans(stream, start))
     if not spans:
         return wall, 0.0, 0.0
     between, reached = 0.0, spans[0][1]
@@ -289,7 +288,14 @@ def taskless_seconds(stream: list[dict], start: float, wall: float) -> tuple[flo
 def task_seconds(stream: list[dict]) -> float:
     """Seconds the run's tasks computed, summed over workers: the same work on two workers of a machine whose
     cores share caches and memory takes more of them than on one (the slowdown no schedule removes)."""
-    return sum(part["stop"] - part["start"] for task in stream for part in task["startstops"] if part["action"] == "compute")
+    return sum(end - begin for begin, end in compute_spans(stream, 0.0))
+
+
+def _wait_for_workers(address: str, workers: int) -> None:
+    from dask.distributed import Client
+
+    with Client(address, timeout=60) as client:
+        client.wait_for_workers(workers, timeout=120)
 
 
 @contextlib.contextmanager
@@ -311,8 +317,7 @@ def dask_build(corpus: Path, out: Path, workers: int, timeline: bool = False) ->
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    time.sleep(3)
-    worker_procs = [
+    worker_procs = [  # they wait for the scheduler to listen
         subprocess.Popen(
             [
                 str(bin_dir / "dask"),
@@ -333,8 +338,8 @@ def dask_build(corpus: Path, out: Path, workers: int, timeline: bool = False) ->
         )
         for _ in range(workers)
     ]
-    time.sleep(8)  # the workers import Beam and the steps as they start (~2.2 CPU-s each, both cores)
     try:
+        _wait_for_workers(f"127.0.0.1:{port}", workers)  # each registers once it has imported Beam and the steps (preload)
         cpu_cluster0 = sum(_tree_cpu(p.pid) for p in [scheduler, *worker_procs])
         start = time.time()
         with _task_stream(f"127.0.0.1:{port}") if timeline else contextlib.nullcontext() as tasks:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import json
 import logging
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,9 @@ from corpusforge import build
 from corpusforge.core.config import RunConfig, load_config
 from corpusforge.pipeline.cluster_warmup import MODULES as WARM_MODULES
 from corpusforge.pipeline.cluster_warmup import client_keywords, warm_cluster, warm_runner
+
+sys.path.insert(0, str(Path(__file__).parent))
+from s3_fixture import free_port  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # SubprocessCluster's own
 DEMO = Path(__file__).resolve().parents[1] / "configs" / "demo.toml"
@@ -142,9 +144,7 @@ def test_a_worker_started_with_the_preload_imports_the_modules_as_it_starts(tmp_
     """``dask worker ADDRESS --preload corpusforge.pipeline.cluster_warmup``, as the README starts a cluster's workers:
     the job's modules are imported before any build connects (no warm-up sent, no job), out of the worker's
     collections; the scheduler imports none of them."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     dask, address = str(Path(sys.executable).parent / "dask"), f"127.0.0.1:{port}"
     processes = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"], cwd=tmp_path)]
     try:
